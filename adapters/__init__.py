@@ -1,0 +1,44 @@
+"""Adapters from trained boosters to the engine's :class:`~influence_gbdt.ensemble.TreeEnsemble`.
+
+One module per library; each is imported only when a model of that library is wrapped.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+from influence_gbdt.errors import UnsupportedModelError
+
+from .base import BoosterAdapter
+
+#: Top-level module of the model's class -> "module:AdapterClass" (imported lazily).
+_REGISTRY: dict[str, str] = {
+    "xgboost": "influence_gbdt.adapters.xgboost:XGBoostAdapter",
+    "lightgbm": "influence_gbdt.adapters.lightgbm:LightGBMAdapter",
+    "catboost": "influence_gbdt.adapters.catboost:CatBoostAdapter",
+}
+
+
+def adapter_for(model: Any, params: Mapping[str, Any] | None = None) -> BoosterAdapter:
+    """Return the adapter for ``model``, chosen by the library its class comes from.
+
+    Raises
+    ------
+    UnsupportedModelError
+        If the model's class does not come from XGBoost, LightGBM or CatBoost.
+    """
+    library = type(model).__module__.split(".")[0]
+    target = _REGISTRY.get(library)
+    if target is None:
+        raise UnsupportedModelError(
+            f"{type(model).__module__}.{type(model).__name__} is not a supported model: pass a trained "
+            "XGBoost, LightGBM or CatBoost model (Booster or scikit-learn wrapper)."
+        )
+    module_name, class_name = target.split(":")
+    adapter_cls: type[BoosterAdapter] = getattr(importlib.import_module(module_name), class_name)
+    return adapter_cls(model, params)
+
+
+__all__ = ["BoosterAdapter", "adapter_for"]
