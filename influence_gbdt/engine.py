@@ -57,6 +57,8 @@ class TestPoints:
         Labels; required to score the loss, not the prediction.
     """
 
+    __test__ = False  # not a pytest test class, despite the name
+
     leaf_index: ArrayLike
     offset: ArrayLike | None = None
     y: ArrayLike | None = None
