@@ -1,0 +1,303 @@
+"""XGBoost adapter: a trained ``xgboost.Booster``, ``XGBClassifier`` or ``XGBRegressor`` -> TreeEnsemble.
+
+What XGBoost does, and how it lands in the description (verified by the tests of this module):
+
+* Leaf values come from the JSON model (``save_raw('json')``); a live leaf is a node reachable from
+  the root with ``left_children == -1`` (pruned nodes of ``tree_method='exact'`` stay in the arrays,
+  marked deleted). Leaves are numbered ``0 .. n_leaves - 1`` in node-id order, and ``pred_leaf`` node
+  ids are mapped onto that numbering.
+* Leaf value = float32(eta * raw), raw = -ThresholdL1(G, alpha) / (H + lambda), clipped to
+  +-max_delta_step when it is nonzero; the logistic hessian is floored at 1e-16. Labels, weights and
+  margins are float32 inside XGBoost, so the self-check tolerance is ``rtol = 1e-5`` (float32 carries
+  about 6e-8 relative per operation; sums over a few thousand rows and tens of trees stay far below).
+* ``scale_pos_weight`` multiplies the weight of rows with label 1: it is folded into
+  ``sample_weight`` and reported as ``weight_scale`` so scores stay per unit of the user's weight.
+* Base score: stored in probability space for ``binary:logistic`` (margin = logit). A per-row
+  ``base_margin`` (``init_score`` here) *replaces* the base score in XGBoost, in training and in
+  prediction, so it becomes ``init_offset`` with ``base_margin = 0``.
+* ``base_margin_refit`` (a retrain re-estimates the base score) is True only where XGBoost's
+  estimate is the engine's rule, the weighted loss-minimising constant: the user set no
+  ``base_score``, gave no per-row base margin (a retrain would re-estimate a base score that the
+  base margin then overrides, i.e. nothing changes) and ``scale_pos_weight == 1`` (with it XGBoost
+  estimates by one Newton step from margin 0, not by the minimiser, so the base score is held fixed).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+import xgboost as xgb
+from numpy.typing import ArrayLike, NDArray
+
+from influence_gbdt.ensemble import TreeEnsemble
+from influence_gbdt.errors import InputError, UnsupportedModelError
+
+from .base import BoosterAdapter
+
+_LOSSES: dict[str, str] = {"binary:logistic": "logloss", "reg:squarederror": "squared_error"}
+#: Accepted ``params`` keys -> canonical name (XGBoost aliases included).
+_ALIASES: dict[str, str] = {
+    "eta": "eta",
+    "learning_rate": "eta",
+    "lambda": "lambda",
+    "reg_lambda": "lambda",
+    "alpha": "alpha",
+    "reg_alpha": "alpha",
+    "max_delta_step": "max_delta_step",
+    "scale_pos_weight": "scale_pos_weight",
+    "subsample": "subsample",
+    "monotone_constraints": "monotone_constraints",
+    "base_score": "base_score",
+}
+_HESSIAN_FLOOR = 1e-16
+
+
+def _f32(value: Any) -> float:
+    return float(np.float32(float(value)))
+
+
+class XGBoostAdapter(BoosterAdapter):
+    """Adapter for single-output XGBoost tree models (``binary:logistic``, ``reg:squarederror``).
+
+    Parameters
+    ----------
+    model : xgboost.Booster, XGBClassifier or XGBRegressor
+        A trained model; tree methods hist, approx and exact.
+    params : mapping, optional
+        Training parameters that override the model's saved configuration. Needed after
+        ``save_model``/``load_model``, which drops them (eta reads back as 0.3): pass e.g.
+        ``{'eta': 0.1, 'lambda': 1, 'alpha': 0, 'max_delta_step': 0}``. Aliases (learning_rate,
+        reg_lambda, reg_alpha) are accepted; other keys raise InputError. ``base_score`` only marks
+        the base score as set by hand (not re-estimated); its value is always read from the model.
+
+    Notes
+    -----
+    Every tree of the booster is scored, also for a scikit-learn model fitted with early stopping
+    (whose ``predict`` stops at ``best_iteration``).
+
+    Raises
+    ------
+    UnsupportedModelError
+        Unfitted model, dart or gblinear booster, num_parallel_tree > 1, subsample < 1, monotone
+        constraints, or an objective other than binary:logistic / reg:squarederror.
+
+    Examples
+    --------
+    >>> adapter = XGBoostAdapter(xgb.XGBClassifier(n_estimators=20).fit(X, y))  # doctest: +SKIP
+    >>> engine = adapter.prepare(X, y)  # self-checked InfluenceEngine  # doctest: +SKIP
+    """
+
+    library: ClassVar[str] = "xgboost"
+    rtol: ClassVar[float] = 1e-5
+
+    def __init__(self, model: Any, params: Mapping[str, Any] | None = None) -> None:
+        super().__init__(model, params)
+        unknown = sorted(set(self.params) - set(_ALIASES))
+        if unknown:
+            raise InputError(f"params keys {unknown} are not used; accepted keys: {sorted(_ALIASES)}.")
+        self.booster = self._get_booster(model)
+        config = json.loads(self.booster.save_config())["learner"]
+        self._check_supported(config)
+        tree_param = config["gradient_booster"]["tree_train_param"]
+        user = {_ALIASES[k]: v for k, v in self.params.items()}
+        self.eta = _f32(user.get("eta", tree_param["eta"]))
+        self.reg_lambda = _f32(user.get("lambda", tree_param["lambda"]))
+        self.reg_alpha = _f32(user.get("alpha", tree_param["alpha"]))
+        self.max_delta_step = _f32(user.get("max_delta_step", tree_param["max_delta_step"]))
+        spw = config["objective"].get("reg_loss_param", {}).get("scale_pos_weight", 1)
+        self.scale_pos_weight = _f32(user.get("scale_pos_weight", spw))
+        model_param = config["learner_model_param"]
+        base_score = _f32(json.loads(model_param["base_score"])[0])
+        self.base_estimated = model_param["boost_from_average"] == "1" and "base_score" not in user
+        self.base_margin = (
+            float(np.log(base_score / (1.0 - base_score))) if self.loss == "logloss" else base_score
+        )
+        self._described_base = self.base_margin  # 0 once described with a per-row base margin
+        self._leaf_map, self._node_offset, self._leaf_values = self._leaf_tables()
+        self._cat = any(t == "c" for t in (self.booster.feature_types or []))
+
+    # ----------------------------------------------------------------------------- construction
+    @staticmethod
+    def _get_booster(model: Any) -> xgb.Booster:
+        if isinstance(model, xgb.Booster):
+            booster = model
+        elif isinstance(model, xgb.XGBModel):
+            if not isinstance(model, (xgb.XGBClassifier, xgb.XGBRegressor)):
+                raise UnsupportedModelError(
+                    f"{type(model).__name__} is not supported: "
+                    "pass an XGBClassifier, XGBRegressor or Booster."
+                )
+            if not hasattr(model, "_Booster"):
+                raise UnsupportedModelError(f"{type(model).__name__} is not fitted: call fit(X, y) first.")
+            booster = model.get_booster()
+        else:
+            raise UnsupportedModelError(f"{type(model).__name__} is not an XGBoost Booster or sklearn model.")
+        try:
+            rounds = booster.num_boosted_rounds()
+        except xgb.core.XGBoostError as err:
+            raise UnsupportedModelError(
+                f"The XGBoost Booster is not trained ({err}): train it first."
+            ) from err
+        if rounds == 0:
+            raise UnsupportedModelError("The XGBoost model has no trees: train it first.")
+        return booster
+
+    def _check_supported(self, config: dict[str, Any]) -> None:
+        booster = config["learner_train_param"]["booster"]
+        if booster != "gbtree":
+            raise UnsupportedModelError(
+                f"XGBoost model trained with booster={booster!r}: "
+                + (
+                    "dart drops and rescales trees at random, so leaf values cannot be reproduced. "
+                    if booster == "dart"
+                    else "only tree models are modelled. "
+                )
+                + "Retrain with booster='gbtree'."
+            )
+        objective = config["learner_train_param"]["objective"]
+        if objective not in _LOSSES:
+            raise UnsupportedModelError(
+                f"XGBoost objective {objective!r} is not supported yet: retrain with "
+                "objective='binary:logistic' or 'reg:squarederror'."
+            )
+        self.loss = _LOSSES[objective]
+        gb = config["gradient_booster"]
+        if gb["gbtree_model_param"]["num_parallel_tree"] != "1":
+            raise UnsupportedModelError(
+                "XGBoost model trained with num_parallel_tree > 1 (boosted random forest): trees of one "
+                "round share their margins, which is not modelled. Retrain with num_parallel_tree=1."
+            )
+        tree_param = {**gb["tree_train_param"], **{_ALIASES[k]: v for k, v in self.params.items()}}
+        if float(tree_param["subsample"]) < 1:
+            raise UnsupportedModelError(
+                f"XGBoost model trained with subsample={float(tree_param['subsample']):g}: rows used per "
+                "tree are not recorded, so leaf values cannot be reproduced. Retrain with subsample=1."
+            )
+        if _has_constraint(tree_param.get("monotone_constraints", "()")):
+            raise UnsupportedModelError(
+                "XGBoost model trained with monotone_constraints: they clip leaf values against their "
+                "neighbours, which is not modelled. Retrain without monotone constraints."
+            )
+
+    def _leaf_tables(self) -> tuple[NDArray[np.int64], NDArray[np.int64], list[NDArray[np.float64]]]:
+        """Live leaves of every tree: node -> leaf number map (flat over trees), node offsets, values."""
+        trees = json.loads(self.booster.save_raw("json"))["learner"]["gradient_booster"]["model"]["trees"]
+        maps, values = [], []
+        for tree in trees:  # one pass per tree (a few hundred nodes), never per row
+            left = np.asarray(tree["left_children"], dtype=np.int64)
+            right = np.asarray(tree["right_children"], dtype=np.int64)
+            live = np.zeros(left.size, dtype=bool)
+            frontier = np.array([0])
+            while frontier.size:  # breadth-first from the root: skips nodes pruned by 'exact'
+                live[frontier] = True
+                inner = frontier[left[frontier] != -1]
+                frontier = np.concatenate([left[inner], right[inner]])
+            is_leaf = live & (left == -1)
+            node_map = np.full(left.size, -1, dtype=np.int64)
+            node_map[is_leaf] = np.arange(int(is_leaf.sum()))
+            maps.append(node_map)
+            values.append(np.asarray(tree["split_conditions"], dtype=np.float64)[is_leaf])
+        offsets = np.concatenate([[0], np.cumsum([m.size for m in maps])[:-1]]).astype(np.int64)
+        return np.concatenate(maps), offsets, values
+
+    # ----------------------------------------------------------------------------- data access
+    def _dmatrix(self, X: Any, base_margin: ArrayLike | None = None) -> xgb.DMatrix:
+        if isinstance(X, xgb.DMatrix):
+            raise InputError("Pass X as a numpy array or pandas DataFrame, not a DMatrix.")
+        return xgb.DMatrix(X, base_margin=base_margin, enable_categorical=self._cat or hasattr(X, "dtypes"))
+
+    def leaf_indices(self, X: Any) -> NDArray[np.int32]:
+        """Leaf of every row in every tree, ndarray of shape (n_trees, n_rows), int32, ``0 .. n_leaves-1``."""
+        nodes = self.booster.predict(self._dmatrix(X), pred_leaf=True).astype(np.int64)
+        nodes = nodes.reshape(nodes.shape[0], -1)
+        leaves = self._leaf_map[nodes + self._node_offset[None, :]]
+        if leaves.min() < 0:
+            raise InputError("XGBoost returned a node id that is not a leaf of the model: the model changed.")
+        return np.ascontiguousarray(leaves.T, dtype=np.int32)
+
+    def raw_predict(self, X: Any, init_score: ArrayLike | None = None) -> NDArray[np.float64]:
+        """XGBoost's margin (``output_margin=True``) with every tree, ndarray of shape (n_rows,)."""
+        margin = None if init_score is None else np.asarray(init_score, dtype=np.float32).ravel()
+        out = self.booster.predict(self._dmatrix(X, margin), output_margin=True, iteration_range=(0, 0))
+        return np.asarray(out, dtype=np.float64).ravel()
+
+    def init_offset(self, X: Any, init_score: ArrayLike | None = None) -> NDArray[np.float64]:
+        """Offset of each row's initial margin from the description's ``base_margin``, shape (n_rows,).
+
+        A per-row base margin replaces XGBoost's base score, so the offset is ``init_score`` minus the
+        description's base margin (which is 0 when the model was described with a per-row base margin);
+        rows without one start at the base score. The engine margin then equals :meth:`raw_predict`.
+        """
+        base = self._described_base
+        if init_score is None:
+            return np.full(_n_rows(X), self.base_margin - base)
+        return super().init_offset(X, np.float32(np.asarray(init_score, dtype=np.float64))) - base
+
+    @property
+    def hint(self) -> str:
+        """Likely causes of a failed self-check."""
+        return (
+            "If the model was reloaded with load_model, XGBoost dropped its training parameters (eta reads "
+            "back as 0.3): pass them as params={'eta': ..., 'lambda': ..., 'alpha': ..., 'max_delta_step': "
+            "..., 'scale_pos_weight': ...}. Otherwise pass exactly the training rows in training order, with "
+            "the labels, sample weights and base_margin (init_score) the model was trained with."
+        )
+
+    def describe(
+        self,
+        X: Any,
+        y: ArrayLike,
+        sample_weight: ArrayLike | None = None,
+        init_score: ArrayLike | None = None,
+    ) -> TreeEnsemble:
+        """Describe the model on its training data ``X`` (n rows), labels ``y`` of shape (n,).
+
+        ``sample_weight`` (n,) are the user's weights; ``init_score`` (n,) the per-row base_margin
+        used in training, if any. No self-check: see :meth:`prepare`.
+        """
+        labels = np.asarray(y, dtype=np.float32).astype(np.float64).ravel()
+        n = labels.size
+        if _n_rows(X) != n:
+            raise InputError(f"X has {_n_rows(X)} rows but y has {n}.")
+        user_w = (
+            np.ones(n) if sample_weight is None else np.asarray(sample_weight, np.float32).astype(np.float64)
+        )
+        if user_w.shape != (n,):
+            raise InputError(f"sample_weight must have shape ({n},), got {user_w.shape}.")
+        scale = np.where(labels == 1.0, self.scale_pos_weight, 1.0) if self.loss == "logloss" else np.ones(n)
+        self._described_base = 0.0 if init_score is not None else self.base_margin
+        offset = None if init_score is None else self.init_offset(X, init_score)
+        return TreeEnsemble.build(
+            leaf_index=self.leaf_indices(X),
+            leaf_values=self._leaf_values,
+            y=labels,
+            loss=self.loss,
+            learning_rate=self.eta,
+            newton=True,
+            l2=self.reg_lambda,
+            l1=self.reg_alpha,
+            max_delta_step=self.max_delta_step,
+            hessian_floor=_HESSIAN_FLOOR if self.loss == "logloss" else 0.0,
+            base_margin=self._described_base,
+            base_margin_refit=self.base_estimated and init_score is None and self.scale_pos_weight == 1.0,
+            init_offset=offset,
+            sample_weight=scale * user_w,
+            weight_scale=scale,
+        )
+
+
+def _has_constraint(value: Any) -> bool:
+    """Whether a monotone_constraints setting (string "(1,0)", tuple, list or dict) has a nonzero entry."""
+    if isinstance(value, Mapping):
+        value = list(value.values())
+    text = value if isinstance(value, str) else ",".join(map(str, value))
+    return any(int(c) != 0 for c in re.findall(r"(?<![\w.])-?\d+", text))
+
+
+def _n_rows(X: Any) -> int:
+    shape = getattr(X, "shape", None)
+    return int(shape[0]) if shape is not None else len(X)
