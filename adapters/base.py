@@ -72,6 +72,41 @@ class BoosterAdapter(ABC):
             raise InputError(f"init_score must have one value per row ({n}), got shape {offset.shape}.")
         return offset
 
+    def encode_labels(self, y: ArrayLike) -> NDArray[np.float64]:
+        """Labels as the loss sees them, ndarray of shape (n_rows,), float64.
+
+        A scikit-learn classifier's labels (strings, {-1, 1}, ...) become 0/1 through its
+        ``classes_`` (the second class is the positive one); other labels are cast to float.
+
+        Raises
+        ------
+        InputError
+            On NaN labels or labels the classifier never saw.
+        """
+        from influence_gbdt.errors import InputError
+
+        arr = np.asarray(y)
+        if arr.ndim == 2 and arr.shape[1] == 1:
+            arr = arr.ravel()
+        if arr.ndim != 1:
+            raise InputError(f"Labels must be one-dimensional, got shape {arr.shape}.")
+        classes = getattr(self.model, "classes_", None)
+        if classes is not None and len(classes) == 2:
+            known = np.isin(arr, classes)
+            if not known.all():
+                raise InputError(
+                    f"Labels {np.unique(arr[~known])[:5].tolist()} are not among the classifier's "
+                    f"classes {list(classes)}."
+                )
+            return (arr == classes[1]).astype(np.float64)
+        try:
+            out = arr.astype(np.float64)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"Labels must be numeric for this model: {exc}.") from None
+        if not np.all(np.isfinite(out)):
+            raise InputError("Labels contain NaN or infinite values: drop or fix those rows first.")
+        return out
+
     @property
     def hint(self) -> str:
         """Likely causes of a failed self-check, for the error message."""

@@ -1,6 +1,22 @@
-"""influence-gbdt: which training rows made my gradient-boosted model do this?"""
+"""influence-gbdt: which training rows made my gradient-boosted model do this?
 
-from .errors import InfluenceError, NotFittedError, ReproductionError, UnsupportedModelError
+Wrap a trained XGBoost, LightGBM or CatBoost model and score every training row by its influence
+on chosen test predictions (score > 0 = harmful)::
 
-__all__ = ["InfluenceError", "NotFittedError", "ReproductionError", "UnsupportedModelError"]
+    from influence_gbdt import BoostingInfluence
+    ex = BoostingInfluence(model).fit(X_train, y_train)
+    scores = ex.score_training_points(X_test, y_test)   # (n_train, n_test)
+"""
+
+from .errors import InfluenceError, InputError, NotFittedError, ReproductionError, UnsupportedModelError
+from .explainer import BoostingInfluence
+
+__all__ = [
+    "BoostingInfluence",
+    "InfluenceError",
+    "InputError",
+    "NotFittedError",
+    "ReproductionError",
+    "UnsupportedModelError",
+]
 __version__ = "0.1.0"

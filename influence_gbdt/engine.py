@@ -153,7 +153,7 @@ class InfluenceEngine:
             The initial margin without the row (re-estimated if ``refit_base`` and the ensemble's
             booster would re-estimate it, else the stored one).
         """
-        idx = self._rows(rows)
+        idx = self.resolve_rows(rows)
         mode, kk = self._mode(update_set, k)
         shift = self._base_shift(idx, refit_base)
         values = K.refit_many(self._tables, idx, mode, kk, shift)
@@ -174,7 +174,7 @@ class InfluenceEngine:
         d_base : ndarray of shape (len(rows),)
             Both per unit of the user's sample weight of the row.
         """
-        idx = self._rows(rows)
+        idx = self.resolve_rows(rows)
         mode, kk = self._mode(update_set, k)
         d_base = self._dbase(idx, refit_base)
         d_values = K.forward_many(self._tables, idx, mode, kk, d_base)
@@ -222,7 +222,7 @@ class InfluenceEngine:
         leaves, offset, y = self._test_arrays(test, need_y=on == "loss")
         f_test = self._margin(leaves, offset)
         loss_test = None if y is None else loss_values(self._loss, y, f_test)
-        idx = self._rows(rows)
+        idx = self.resolve_rows(rows)
         mode, kk = self._mode(update_set, k)
 
         def batch(chunk: NDArray[np.int64]) -> NDArray[np.float64]:
@@ -281,7 +281,7 @@ class InfluenceEngine:
         ``all_points``). Same parameters and return as :meth:`leaf_refit`."""
         leaves, offset, y = self._test_arrays(test, need_y=on == "loss")
         coef = self._test_coef(leaves, offset, y)
-        idx = self._rows(rows)
+        idx = self.resolve_rows(rows)
 
         def batch(chunk: NDArray[np.int64]) -> NDArray[np.float64]:
             d_values, d_base = self.leaf_value_derivatives(chunk, update_set, k, refit_base)
@@ -317,7 +317,7 @@ class InfluenceEngine:
         """
         leaves, offset, y = self._test_arrays(test, need_y=on == "loss")
         coef = self._test_coef(leaves, offset, y)
-        idx = self._rows(rows)
+        idx = self.resolve_rows(rows)
         e = self.ensemble
         d_base = self._dbase(np.arange(e.n_rows), refit_base)
         if aggregate is not None:
@@ -384,7 +384,8 @@ class InfluenceEngine:
             raise InputError("Test labels for a binary classifier must lie in [0, 1].")
         return leaves, offset, y
 
-    def _rows(self, rows: ArrayLike | None) -> NDArray[np.int64]:
+    def resolve_rows(self, rows: ArrayLike | None) -> NDArray[np.int64]:
+        """Training-row indices from None (all), integer indices or a boolean mask of shape (n,)."""
         n = self.ensemble.n_rows
         if rows is None:
             return np.arange(n, dtype=np.int64)
