@@ -31,7 +31,7 @@ from numpy.typing import ArrayLike, NDArray
 from . import _kernels as K
 from .ensemble import TreeEnsemble
 from .errors import InputError, ReproductionError
-from .losses import LOSS_CODES, derivatives, point
+from .losses import LOSS_CODES, constant_from_mean, derivatives, point
 from .losses import gradients as loss_gradients
 from .losses import values as loss_values
 
@@ -419,8 +419,9 @@ class InfluenceEngine:
         if not self._refits_base(refit_base):
             return np.zeros(idx.size)
         e = self.ensemble
-        new = _constant_without(self._loss, e.y, e.sample_weight, idx)
-        return new - e.base_margin
+        # New minus *stored* margin: a retrained booster stores its new constant rounded as the
+        # old one was (CatBoost: float32), so this matches true retraining to one rounding.
+        return _constant_without(self._loss, e.y, e.sample_weight, idx) - e.base_margin
 
     def _dbase(self, idx: NDArray[np.int64], refit_base: bool) -> NDArray[np.float64]:
         if not self._refits_base(refit_base):
@@ -431,12 +432,9 @@ class InfluenceEngine:
 def _constant_without(
     loss: int, y: NDArray[np.float64], w: NDArray[np.float64], idx: NDArray[np.int64]
 ) -> NDArray[np.float64]:
-    """:func:`optimal_constant` of the data with each row of ``idx`` given weight 0 (vectorized)."""
-    mean = (np.dot(w, y) - w[idx] * y[idx]) / (w.sum() - w[idx])
-    if loss == LOSS_CODES["logloss"]:
-        mean = np.clip(mean, 1e-15, 1.0 - 1e-15)
-        return np.log(mean / (1.0 - mean))
-    return mean
+    """:func:`~influence_gbdt.losses.optimal_constant` with each row of ``idx`` (B,) in turn given
+    weight 0, vectorized; returns shape (B,)."""
+    return constant_from_mean(loss, (np.dot(w, y) - w[idx] * y[idx]) / (w.sum() - w[idx]))
 
 
 def _chunked(

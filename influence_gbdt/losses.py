@@ -75,14 +75,18 @@ def gradients(loss: int, y: NDArray[np.float64], m: NDArray[np.float64]) -> NDAr
     return out
 
 
-def optimal_constant(loss: int, y: NDArray[np.float64], w: NDArray[np.float64]) -> float:
-    """The constant margin minimising ``sum_j w_j L(y_j, c)`` (boost_from_average).
+def constant_from_mean(loss: int, mean: NDArray[np.float64]) -> NDArray[np.float64]:
+    """The loss-minimising constant margin given the weighted label mean (elementwise).
 
-    Weighted label mean for squared error, its logit for log loss (clipped to [1e-15, 1 - 1e-15]
-    so that an all-one or all-zero label set stays finite, as LightGBM does).
+    The mean itself for squared error, its logit for log loss (clipped to [1e-15, 1 - 1e-15] so
+    that a single-class label set stays finite, as LightGBM does).
     """
-    mean = float(np.dot(w, y) / w.sum())
     if loss == LOGLOSS:
-        mean = min(max(mean, 1e-15), 1.0 - 1e-15)
-        return math.log(mean / (1.0 - mean))
+        mean = np.clip(mean, 1e-15, 1.0 - 1e-15)
+        return np.log(mean / (1.0 - mean))
     return mean
+
+
+def optimal_constant(loss: int, y: NDArray[np.float64], w: NDArray[np.float64]) -> float:
+    """The constant margin minimising ``sum_j w_j L(y_j, c)`` (boost_from_average)."""
+    return float(constant_from_mean(loss, np.array([np.dot(w, y) / w.sum()]))[0])

@@ -1,0 +1,278 @@
+"""Adapter for CatBoost models (``CatBoost``, ``CatBoostClassifier``, ``CatBoostRegressor``).
+
+CatBoost computes a leaf by ``leaf_estimation_iterations`` Newton or Gradient steps taken at the
+margins moved by the earlier steps of the same tree, with L2 ``l2_leaf_reg * sum(w) / N``, and
+stores ``learning_rate * sum of steps``. With ``leaf_estimation_backtracking='AnyImprovement'`` each
+step is tried at scale 1, 1/2, 1/4, ... and accepted as soon as the whole training set's weighted
+loss improves; every rejected try uses up one of the iterations, and a tree may end with tries that
+were never accepted. CatBoost evaluates that loss with a fast approximate ``exp`` (and blockwise
+sums), so near-ties are decided by rounding: the adapter replays every tree in numpy and, where its
+own loss comparison is too close to call, searches both outcomes for the sequence of accepted
+scales that reproduces the stored leaf values (recorded in ``step_scales``).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from influence_gbdt.ensemble import TreeEnsemble
+from influence_gbdt.errors import InputError, UnsupportedModelError
+
+from .base import BoosterAdapter, _n_rows
+
+_LOSSES = {"Logloss": "logloss", "RMSE": "squared_error"}
+#: Relative loss difference below which an AnyImprovement decision counts as a tie (CatBoost's
+#: Logloss uses a fast exp accurate to ~1e-7; RMSE is summed in double precision).
+_TIE = {"logloss": 1e-5, "squared_error": 1e-11}
+_MAX_PATHS = 512
+
+
+def _f32(a: ArrayLike) -> NDArray[np.float64]:
+    return np.asarray(a, dtype=np.float32).astype(np.float64)
+
+
+class CatBoostAdapter(BoosterAdapter):
+    """Describe a trained CatBoost model with Logloss or RMSE (Plain or Ordered boosting).
+
+    Parameters
+    ----------
+    model : catboost.CatBoost, CatBoostClassifier or CatBoostRegressor
+        A trained model (also one loaded with ``load_model``).
+    params : mapping, optional
+        Ignored: CatBoost keeps every training parameter in the model (``get_all_params``).
+    """
+
+    library: ClassVar[str] = "catboost"
+    #: Labels, weights and the learning rate are rounded to float32 exactly as CatBoost does, so the
+    #: replay agrees to double-precision rounding (~1e-15 measured); 1e-10 leaves room for long sums.
+    rtol: ClassVar[float] = 1e-10
+
+    def __init__(self, model: Any, params: Mapping[str, Any] | None = None) -> None:
+        super().__init__(model, params)
+        if not hasattr(model, "get_all_params") or not model.is_fitted():
+            raise UnsupportedModelError("The CatBoost model is not trained: call fit() before wrapping it.")
+        self._p: dict[str, Any] = model.get_all_params()
+        p = self._p
+        loss = str(p.get("loss_function", "")).split(":")[0]
+        if loss not in _LOSSES:
+            raise UnsupportedModelError(
+                f"CatBoost loss_function {loss!r} is not supported: retrain with 'Logloss' or 'RMSE'."
+            )
+        self.loss = _LOSSES[loss]
+        method = p.get("leaf_estimation_method")
+        backtracking = p.get("leaf_estimation_backtracking", "No")
+        refusals = [
+            (any(float(c) != 0 for c in _constraints(p)),
+             "monotone_constraints change the leaf values; retrain without them"),
+            (p.get("langevin", False), "langevin=True adds random noise to the leaves; retrain without it"),
+            (p.get("posterior_sampling", False),
+             "posterior_sampling=True adds random noise to the leaves; retrain without it"),
+            (float(p.get("model_shrink_rate", 0) or 0) > 0,
+             "model_shrink_rate > 0 shrinks the model every iteration; retrain with model_shrink_rate=0"),
+            (method not in ("Newton", "Gradient"),
+             f"leaf_estimation_method={method!r} is not modelled; retrain with 'Newton' or 'Gradient'"),
+            (backtracking not in ("No", "AnyImprovement"),
+             f"leaf_estimation_backtracking={backtracking!r} is not modelled; use 'AnyImprovement' or 'No'"),
+            ("OnlineCtr" in self._json_text(),
+             "categorical features are encoded with CTRs (target statistics), whose training-time values "
+             "the final model does not reproduce; retrain with one_hot_max_size above the number of "
+             "categories of every categorical feature"),
+        ]
+        for bad, why in refusals:
+            if bad:
+                raise UnsupportedModelError(f"Cannot reproduce this CatBoost model: {why}.")
+
+    def _json_text(self) -> str:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "model.json")
+            self.model.save_model(path, format="json")
+            with open(path) as fh:
+                return fh.read()
+
+    def _pool(self, X: Any) -> Any:
+        import catboost
+
+        if isinstance(X, catboost.Pool):
+            return X
+        return catboost.Pool(X, cat_features=list(self.model.get_cat_feature_indices()) or None)
+
+    def init_offset(self, X: Any, init_score: ArrayLike | None = None) -> NDArray[np.float64]:
+        """Per-row baseline, shape (n_rows,), rounded to float32 as CatBoost stores it."""
+        return _f32(super().init_offset(X, init_score))
+
+    @property
+    def hint(self) -> str:
+        return (
+            "Pass exactly the training rows in training order (numpy or DataFrame, categorical columns "
+            "as in training), the labels, the user sample weights and any baseline (init_score)."
+        )
+
+    def leaf_indices(self, X: Any) -> NDArray[np.int32]:
+        """Leaf of every row in every tree, ndarray of shape (n_trees, n_rows), int32."""
+        return np.ascontiguousarray(self.model.calc_leaf_indexes(self._pool(X)).T, dtype=np.int32)
+
+    def raw_predict(self, X: Any, init_score: ArrayLike | None = None) -> NDArray[np.float64]:
+        """``RawFormulaVal`` prediction plus ``init_score`` (CatBoost's baseline), shape (n_rows,)."""
+        raw = np.asarray(self.model.predict(self._pool(X), prediction_type="RawFormulaVal"), np.float64)
+        return raw + self.init_offset(X, init_score)
+
+    def _labels(self, y: ArrayLike) -> NDArray[np.float64]:
+        """Labels as CatBoost trains on them (float32; class names mapped to 0/1), shape (n,)."""
+        y = np.asarray(y).ravel()
+        names = self._p.get("class_names")
+        if self.loss == "squared_error":
+            return _f32(y)
+        if names is not None and len(names) == 2:
+            pos = names[1]
+            if np.issubdtype(y.dtype, np.number) and isinstance(pos, int | float):
+                labels = (y.astype(np.float64) == float(pos)).astype(np.float64)
+                known = labels.astype(bool) | (y.astype(np.float64) == float(names[0]))
+            else:
+                labels = (y.astype(str) == str(pos)).astype(np.float64)
+                known = labels.astype(bool) | (y.astype(str) == str(names[0]))
+            if not known.all():
+                raise InputError(f"y holds labels other than the model's classes {list(names)}.")
+            return labels
+        border = self._p.get("target_border")
+        return (_f32(y) > border).astype(np.float64) if border is not None else _f32(y)
+
+    def describe(
+        self,
+        X: Any,
+        y: ArrayLike,
+        sample_weight: ArrayLike | None = None,
+        init_score: ArrayLike | None = None,
+    ) -> TreeEnsemble:
+        """Describe the model on its training data (rows ``n``, trees ``T``).
+
+        ``sample_weight`` (n,) is the user weight; class weights (also from ``auto_class_weights``
+        and ``scale_pos_weight``) are folded into the effective weight and reported as
+        ``weight_scale``. ``init_score`` (n,) is the baseline the model was trained with.
+        """
+        n = _n_rows(X)
+        labels = self._labels(y)
+        if labels.shape != (n,):
+            raise InputError(f"y must have one label per row of X ({n}), got shape {labels.shape}.")
+        user_w = np.ones(n) if sample_weight is None else _f32(np.ravel(sample_weight))
+        if user_w.shape != (n,):
+            raise InputError(f"sample_weight must have shape ({n},), got {user_w.shape}.")
+        factor = np.ones(n)
+        if self.loss == "logloss" and self._p.get("class_weights"):
+            factor = _f32(self._p["class_weights"])[labels.astype(np.int64)]
+        weight = _f32(user_w * factor)
+        leaf_index = self.leaf_indices(X)
+        if leaf_index.shape[1] != n:
+            raise InputError(f"calc_leaf_indexes returned {leaf_index.shape[1]} rows for {n} rows of X.")
+        counts = np.asarray(self.model.get_tree_leaf_counts(), dtype=np.int64)
+        scale, bias = self.model.get_scale_and_bias()
+        values = np.asarray(self.model.get_leaf_values(), dtype=np.float64) * float(scale)
+        offset = self.init_offset(X, init_score)
+        p = self._p
+        lr = float(np.float32(p["learning_rate"]))
+        l2_per_w = float(np.float32(p["l2_leaf_reg"])) / n
+        newton = p["leaf_estimation_method"] == "Newton"
+        scales = self._step_scales(leaf_index, counts, values, labels, weight, offset + bias, lr, l2_per_w,
+                                   newton)
+        n_steps = np.array([len(s) for s in scales], dtype=np.int64)
+        table = np.zeros((len(scales), int(n_steps.max())))
+        for t, s in enumerate(scales):
+            table[t, : len(s)] = s
+        return TreeEnsemble.build(
+            leaf_index=leaf_index, leaf_values=values, n_leaves=counts, loss=self.loss,
+            learning_rate=lr, newton=newton, l1=0.0, max_delta_step=0.0, l2=0.0,
+            l2_per_weight_sum=l2_per_w, step_scales=table, n_steps=n_steps, hessian_floor=0.0,
+            base_margin=float(bias), base_margin_refit=bool(p.get("boost_from_average", False)),
+            init_offset=offset, y=labels, sample_weight=weight, weight_scale=factor,
+        )
+
+    def _step_scales(
+        self, leaf_index: NDArray[np.int32], counts: NDArray[np.int64], values: NDArray[np.float64],
+        y: NDArray[np.float64], w: NDArray[np.float64], start: NDArray[np.float64], lr: float,
+        l2_per_w: float, newton: bool,
+    ) -> list[list[float]]:
+        """Accepted scale of every leaf step of every tree (a list of T lists)."""
+        iters = int(self._p.get("leaf_estimation_iterations", 1))
+        trivial = iters == 1 or self._p.get("leaf_estimation_backtracking", "No") == "No"
+        if trivial:
+            return [[1.0] * iters for _ in counts]
+        offsets = np.concatenate([[0], np.cumsum(counts)])
+        margin = start.astype(np.float64).copy()
+        lam, result = l2_per_w * w.sum(), []
+        for t, n_leaf in enumerate(counts):
+            stored = values[offsets[t] : offsets[t + 1]]
+            scales = self._walk(leaf_index[t], int(n_leaf), stored, margin, y, w, lr, lam, newton, iters)
+            result.append(scales)
+            margin += stored[leaf_index[t]]
+        return result
+
+    def _walk(
+        self, leaf: NDArray[np.int32], n_leaf: int, stored: NDArray[np.float64], margin: NDArray[np.float64],
+        y: NDArray[np.float64], w: NDArray[np.float64], lr: float, lam: float, newton: bool, iters: int,
+    ) -> list[float]:
+        """Replay CatBoost's AnyImprovement walker for one tree; return the accepted scales.
+
+        A decision whose loss difference is within the tie band is explored both ways (depth
+        first, numpy's own comparison first) until the leaf values match ``stored`` (n_leaf,).
+        """
+        tie, wsum = _TIE[self.loss], w.sum()
+
+        def loss(u: NDArray[np.float64]) -> float:
+            m = margin + u[leaf]
+            if self.loss == "logloss":
+                return float(np.dot(w, np.logaddexp(0.0, m) - y * m) / wsum)
+            return float(np.sqrt(np.dot(w, (m - y) ** 2) / wsum))
+
+        def step(u: NDArray[np.float64]) -> NDArray[np.float64]:
+            m = margin + u[leaf]
+            if self.loss == "logloss":
+                prob = 1.0 / (1.0 + np.exp(-m))
+                g, h = prob - y, prob * (1.0 - prob)
+            else:
+                g, h = m - y, np.ones_like(m)
+            big_g = np.bincount(leaf, w * g, n_leaf)
+            big_h = np.bincount(leaf, w * h if newton else w, n_leaf)
+            return -big_g / (big_h + lam)
+
+        tol = 1e-13 * max(1.0, float(np.abs(stored).max()))
+        best: tuple[float, list[float]] = (np.inf, [])
+        # Stack of (iteration, u, loss at u, try scale, step, accepted scales).
+        u0 = np.zeros(n_leaf)
+        State = tuple[int, NDArray[np.float64], float, float, NDArray[np.float64] | None, list[float]]
+        stack: list[State] = [(0, u0, loss(u0), 1.0, step(u0), [])]
+        paths = 0
+        while stack:
+            it, u, cur, s, d, acc = stack.pop()
+            if it >= iters:
+                res = float(np.abs(lr * u - stored).max())
+                if res < best[0]:
+                    best = (res, acc)
+                paths += 1
+                if res <= tol or paths >= _MAX_PATHS:
+                    break
+                continue
+            if d is None:
+                d = step(u)  # a new step at the point just accepted
+            u_try = u + s * d
+            new = loss(u_try)
+            take: State = (it + 1, u_try, new, 1.0, None, [*acc, s])
+            skip: State = (it + 1, u, cur, s / 2, d, acc)
+            first, second = (take, skip) if new < cur else (skip, take)
+            if abs(new - cur) <= tie * abs(cur):
+                stack.append(second)
+            stack.append(first)
+        return best[1] or [0.0]
+
+
+def _constraints(p: Mapping[str, Any]) -> list[Any]:
+    mc = p.get("monotone_constraints") or []
+    if isinstance(mc, str):
+        return [c for c in mc.strip("()").split(",") if c.strip() not in ("", "0")]
+    if isinstance(mc, Mapping):
+        return list(mc.values())
+    return list(mc)

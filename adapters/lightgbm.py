@@ -1,0 +1,345 @@
+"""Adapter for LightGBM: ``lightgbm.Booster``, ``LGBMClassifier`` and ``LGBMRegressor``.
+
+What the adapter resolves (see ``booster-internals.md``):
+
+- leaf ids from ``predict(pred_leaf=True)``, leaf values and per-tree shrinkage from ``dump_model()``;
+- leaf rule ``-ThresholdL1(G, lambda_l1) / (H + l2)``, clipped to ``max_delta_step``, times the
+  shrinkage; ``l2 = lambda_l2 + cat_l2`` for the two children of a many-vs-many categorical split
+  (a categorical feature with more than ``max_cat_to_onehot`` bins), ``lambda_l2`` elsewhere;
+- boost_from_average: LightGBM adds the init score (logit of the weighted positive rate, or the
+  weighted label mean) to every leaf of tree 0 and sets its shrinkage to 1. The adapter recomputes
+  it from the labels, takes it out of tree 0 (``base_margin``, ``base_margin_refit=True``) and gives
+  tree 0 back its real learning rate;
+- labels and weights are float32 inside LightGBM; the adapter rounds them the same way;
+- class weighting: sklearn ``class_weight`` and ``is_unbalance`` / ``scale_pos_weight`` multiply the
+  user's weight; the factor goes into ``sample_weight`` and ``weight_scale``.
+
+LightGBM also rounds every per-row gradient and hessian to float32, which the description cannot
+express: recomputed leaf values differ from the stored ones by ~1e-7 relative (measured 2e-8 to
+8e-8), while wrong data or a wrong parameter gives 1e-3 and more. Hence ``rtol = 1e-5``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import lightgbm as lgb
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from influence_gbdt.ensemble import TreeEnsemble
+from influence_gbdt.errors import InputError, UnsupportedModelError
+
+from .base import BoosterAdapter
+
+#: LightGBM's kEpsilon: the init-score clip and the threshold below which no init score is added.
+K_EPSILON = 1e-15
+
+_OBJECTIVES = {"binary": "logloss", "regression": "squared_error"}
+
+
+def _booster_of(model: Any) -> lgb.Booster:
+    """The fitted ``lgb.Booster`` of a Booster or scikit-learn wrapper; refuses unfitted models."""
+    if isinstance(model, lgb.Booster):
+        booster = model
+    elif isinstance(model, lgb.LGBMModel):
+        if getattr(model, "_Booster", None) is None:
+            raise UnsupportedModelError(
+                f"This {type(model).__name__} is not fitted: call fit(X, y) before computing influence."
+            )
+        if isinstance(model, lgb.LGBMRanker) or not isinstance(
+            model, (lgb.LGBMClassifier, lgb.LGBMRegressor)
+        ):
+            raise UnsupportedModelError(
+                f"{type(model).__name__} is not supported: use LGBMClassifier, LGBMRegressor or a Booster."
+            )
+        booster = model.booster_
+    else:
+        raise UnsupportedModelError(f"{type(model).__name__} is not a LightGBM Booster or LGBM estimator.")
+    if booster.num_trees() == 0:
+        raise UnsupportedModelError("The LightGBM model has no trees: train it before computing influence.")
+    return booster
+
+
+def _parse_parameters(model_str: str) -> dict[str, str]:
+    """The ``parameters:`` section of a model string as ``{name: value}`` (canonical names)."""
+    start = model_str.find("\nparameters:\n")
+    end = model_str.find("\nend of parameters", start)
+    params: dict[str, str] = {}
+    if start >= 0:
+        for line in model_str[start:end].splitlines():
+            if line.startswith("[") and ": " in line:
+                key, value = line[1:-1].split(": ", 1)
+                params[key] = value
+    return params
+
+
+def _header(model_str: str, key: str) -> str:
+    for line in model_str[: model_str.find("\nTree=")].splitlines():
+        if line.startswith(key + "="):
+            return line[len(key) + 1 :]
+    return ""
+
+
+def _refuse_settings(p: Mapping[str, str], objective: str) -> None:
+    """Raise UnsupportedModelError for every setting whose leaf values cannot be reproduced."""
+
+    def f(key: str, default: str = "0") -> float:
+        return float(p.get(key, default) or default)
+
+    name, *options = objective.split(" ")
+    if name not in _OBJECTIVES or f("num_class", "1") > 1:
+        raise UnsupportedModelError(
+            f"LightGBM objective {objective!r} is not supported yet: only 'binary' and 'regression' "
+            "(squared error) are modelled. Retrain with one of them."
+        )
+    if "sqrt" in options or (name == "binary" and "sigmoid:1" not in options):
+        raise UnsupportedModelError(
+            f"LightGBM objective {objective!r}: reg_sqrt and sigmoid != 1 change the loss. Retrain with "
+            "reg_sqrt=False and sigmoid=1."
+        )
+    refusals = [
+        (
+            p.get("boosting", "gbdt") != "gbdt",
+            f"boosting={p.get('boosting')}: dart drops and rescales trees, rf averages bagged trees",
+            "boosting='gbdt'",
+        ),
+        (
+            p.get("data_sample_strategy") == "goss",
+            "data_sample_strategy=goss: the rows sampled and re-weighted per tree are not recorded",
+            "data_sample_strategy='bagging' and bagging_fraction=1",
+        ),
+        (
+            f("bagging_freq") > 0
+            and min(f(k, "1") for k in ("bagging_fraction", "pos_bagging_fraction", "neg_bagging_fraction"))
+            < 1,
+            f"bagging_fraction={p.get('bagging_fraction')}, bagging_freq={p.get('bagging_freq')}: the rows "
+            "used per tree are not recorded",
+            "bagging_fraction=1 (or bagging_freq=0)",
+        ),
+        (f("linear_tree") != 0, "linear_tree=True: leaves hold linear models", "linear_tree=False"),
+        (
+            f("use_quantized_grad") != 0,
+            "use_quantized_grad=True: leaf values come from randomly rounded gradients",
+            "use_quantized_grad=False",
+        ),
+        (
+            any(float(c) != 0 for c in p.get("monotone_constraints", "").replace(",", " ").split()),
+            "monotone constraints: leaf values are clipped to bounds that depend on the whole tree",
+            "no monotone_constraints",
+        ),
+        (
+            f("path_smooth") > 0,
+            f"path_smooth={p.get('path_smooth')}: leaf values are shrunk towards their parents' outputs",
+            "path_smooth=0",
+        ),
+    ]
+    for refused, why, fix in refusals:
+        if refused:
+            raise UnsupportedModelError(
+                f"LightGBM model trained with {why}, so leaf values cannot be reproduced. Retrain with {fix}."
+            )
+
+
+class LightGBMAdapter(BoosterAdapter):
+    """Describe a LightGBM model (Booster, LGBMClassifier, LGBMRegressor) on its training data.
+
+    Parameters
+    ----------
+    model : lightgbm.Booster, LGBMClassifier or LGBMRegressor
+        A trained model with objective ``binary`` or ``regression``.
+    params : mapping, optional
+        Overrides of the training parameters read from the model string (canonical names).
+
+    Raises
+    ------
+    UnsupportedModelError
+        If the model is unfitted or trained with a setting that cannot be reproduced.
+    """
+
+    library = "lightgbm"
+    rtol = 1e-5
+
+    def __init__(self, model: Any, params: Mapping[str, Any] | None = None) -> None:
+        super().__init__(model, params)
+        self.booster = _booster_of(model)
+        model_str = self.booster.model_to_string()
+        self._params = _parse_parameters(model_str)
+        self._params.update(
+            {k: str(int(v)) if isinstance(v, bool) else str(v) for k, v in self.params.items()}
+        )
+        objective = _header(model_str, "objective")
+        _refuse_settings(self._params, objective)
+        self.loss = _OBJECTIVES[objective.split(" ")[0]]
+        best = self.booster.best_iteration
+        self.n_iter = best if best > 0 else self.booster.num_trees()
+        self._dump = self.booster.dump_model(num_iteration=self.n_iter)
+
+    def _param(self, key: str, default: float = 0.0) -> float:
+        value = self._params.get(key, "")
+        return float(value) if value != "" else default
+
+    def _leaves(self) -> tuple[list[NDArray[np.float64]], list[NDArray[np.float64]], NDArray[np.float64]]:
+        """Per tree: stored leaf values (n_leaves,), per-leaf l2 (n_leaves,); shrinkages (T,)."""
+        lambda_l2, cat_l2 = self._param("lambda_l2"), self._param("cat_l2", 10.0)
+        onehot_max = self._param("max_cat_to_onehot", 4.0)
+        infos = self._dump.get("feature_infos", {})
+        names = self._dump["feature_names"]
+        n_bins = [len(infos.get(name, {}).get("values", ())) for name in names]
+        values, l2s, shrinkage = [], [], []
+        for tree in self._dump["tree_info"]:
+            k = int(tree["num_leaves"])
+            val, l2 = np.zeros(k), np.full(k, lambda_l2)
+            stack = [(tree["tree_structure"], lambda_l2)]
+            while stack:
+                node, node_l2 = stack.pop()
+                if "split_index" not in node:
+                    leaf = int(node.get("leaf_index", 0))
+                    val[leaf], l2[leaf] = node["leaf_value"], node_l2
+                    continue
+                many_vs_many = node["decision_type"] == "==" and n_bins[node["split_feature"]] > onehot_max
+                child_l2 = lambda_l2 + cat_l2 if many_vs_many else lambda_l2
+                stack += [(node["left_child"], child_l2), (node["right_child"], child_l2)]
+            values.append(val)
+            l2s.append(l2)
+            shrinkage.append(float(tree["shrinkage"]))
+        return values, l2s, np.asarray(shrinkage)
+
+    def _class_factor(self, y_raw: NDArray, pos: NDArray[np.bool_]) -> tuple[NDArray, NDArray]:
+        """(sklearn class_weight factor, LightGBM label_weights factor) per row, each shape (n,)."""
+        n = y_raw.shape[0]
+        sk = np.ones(n)
+        class_weight = getattr(self.model, "class_weight", None)
+        if isinstance(self.model, lgb.LGBMClassifier) and class_weight is not None:
+            from sklearn.utils.class_weight import compute_sample_weight
+
+            sk = np.asarray(compute_sample_weight(class_weight, y_raw), dtype=np.float64)
+        lab = np.ones(n)
+        if self.loss == "logloss":
+            w_pos, w_neg = 1.0, 1.0
+            if self._params.get("is_unbalance") == "1":
+                n_pos, n_neg = int(pos.sum()), int(n - pos.sum())
+                if n_pos > n_neg:
+                    w_neg = n_pos / n_neg
+                else:
+                    w_pos = n_neg / n_pos
+            w_pos *= self._param("scale_pos_weight", 1.0)
+            lab = np.where(pos, w_pos, w_neg)
+        return sk, lab
+
+    def _labels(self, y: ArrayLike) -> tuple[NDArray, NDArray[np.float64]]:
+        """(labels as given, labels as LightGBM trains on them, float32-rounded), shape (n,)."""
+        y_raw = np.asarray(y).ravel()
+        labels = self.encode_labels(y).astype(np.float32).astype(np.float64)  # classes_ -> 0/1
+        if self.loss == "logloss" and not np.all((labels == 0) | (labels == 1)):
+            raise InputError("LightGBM 'binary' labels must be 0 or 1.")
+        return y_raw, labels
+
+    def describe(
+        self,
+        X: Any,
+        y: ArrayLike,
+        sample_weight: ArrayLike | None = None,
+        init_score: ArrayLike | None = None,
+    ) -> TreeEnsemble:
+        """Describe the model on its training data (no self-check; see :meth:`prepare`).
+
+        Parameters
+        ----------
+        X : ndarray or DataFrame of shape (n, n_features)
+            The training rows, in training order.
+        y : array-like of shape (n,)
+        sample_weight : array-like of shape (n,), optional
+            The user's training weights (sklearn ``class_weight`` and ``is_unbalance`` /
+            ``scale_pos_weight`` are applied on top, as LightGBM does).
+        init_score : array-like of shape (n,), optional
+            The init score passed to training, if any (then no boost_from_average took place).
+        """
+        leaf_index = self.leaf_indices(X)
+        n = leaf_index.shape[1]
+        y_raw, labels = self._labels(y)
+        if labels.shape != (n,):
+            raise InputError(f"y has {labels.size} labels for {n} rows of X.")
+        user_w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, np.float64).ravel()
+        if user_w.shape != (n,):
+            raise InputError(f"sample_weight has shape {user_w.shape}, expected ({n},).")
+        sk, lab = self._class_factor(y_raw, labels > 0)
+        # LightGBM's Dataset weight (user weight times sklearn class weight) is float32.
+        data_w = (user_w * sk).astype(np.float32).astype(np.float64)
+        offset = self.init_offset(X, init_score)
+
+        values, l2, shrinkage = self._leaves()
+        learning_rate = shrinkage.copy()
+        lr = self._param("learning_rate", 0.1)
+        base, base_refit = 0.0, False
+        if init_score is None and self._params.get("boost_from_average", "1") == "1":
+            base_refit = True
+            base = _boost_from_score(self.loss, labels, data_w)
+            if abs(base) > K_EPSILON:
+                if shrinkage[0] != 1.0 and lr != 1.0:
+                    raise InputError(
+                        "Tree 0 keeps its shrinkage, so no boost_from_average init score was folded in: "
+                        "the model was trained with an init_score. Pass the same init_score."
+                    )
+                values[0] = values[0] - base
+                learning_rate[0] = lr
+            else:
+                base = 0.0
+        elif init_score is not None and shrinkage[0] == 1.0 and lr != 1.0:
+            raise InputError(
+                "Tree 0 has shrinkage 1: LightGBM folded a boost_from_average init score into it, so the "
+                "model was trained without init_score. Call without init_score."
+            )
+        if base_refit and np.ptp(lab) > 0:
+            warnings.warn(
+                "is_unbalance / scale_pos_weight: LightGBM's boost_from_average init score ignores the "
+                "class factor, which the description cannot express; base_margin is kept fixed when "
+                "rows are removed or re-weighted (an O(1/n) approximation of a retrain).",
+                stacklevel=2,
+            )
+            base_refit = False
+        return TreeEnsemble.build(
+            leaf_index=leaf_index,
+            leaf_values=values,
+            y=labels,
+            loss=self.loss,
+            learning_rate=learning_rate,
+            l2=l2,
+            l1=self._param("lambda_l1"),
+            max_delta_step=self._param("max_delta_step"),
+            base_margin=base,
+            base_margin_refit=base_refit,
+            init_offset=offset,
+            sample_weight=data_w * lab,
+            weight_scale=sk * lab,
+        )
+
+    def leaf_indices(self, X: Any) -> NDArray[np.int32]:
+        """Leaf of every row of ``X`` in every tree, ndarray of shape (n_trees, n_rows), int32."""
+        leaves = self.booster.predict(X, pred_leaf=True, num_iteration=self.n_iter)
+        return np.ascontiguousarray(np.asarray(leaves, dtype=np.int32).reshape(-1, self.n_iter).T)
+
+    def raw_predict(self, X: Any, init_score: ArrayLike | None = None) -> NDArray[np.float64]:
+        """LightGBM's ``raw_score=True`` prediction plus ``init_score``, ndarray of shape (n_rows,)."""
+        raw = np.asarray(self.booster.predict(X, raw_score=True, num_iteration=self.n_iter), np.float64)
+        return raw + self.init_offset(X, init_score)
+
+    @property
+    def hint(self) -> str:
+        """Likely causes of a failed self-check."""
+        return (
+            "Pass exactly the training rows, in training order, with the labels, sample weights and "
+            "init_score the model was trained with (LightGBM keeps none of them)."
+        )
+
+
+def _boost_from_score(loss: str, labels: NDArray[np.float64], w: NDArray[np.float64]) -> float:
+    """LightGBM's BoostFromScore: logit of the weighted positive rate (clipped to kEpsilon) or the
+    weighted label mean; ``labels`` and ``w`` of shape (n,), class factors not included."""
+    mean = float(np.dot(w, labels) / w.sum())
+    if loss == "logloss":
+        mean = min(max(mean, K_EPSILON), 1.0 - K_EPSILON)
+        return float(np.log(mean / (1.0 - mean)))
+    return mean

@@ -1,0 +1,342 @@
+"""The CatBoost adapter against real CatBoost models (never mocked).
+
+Checks: the self-check residual at double precision over the supported settings, refusals, the
+engine's LeafRefit against a plain per-row numpy refit loop written here, LeafInfluence against
+central finite differences of that loop, LeafRefit against true CatBoost retraining where the
+retrain keeps the structure, and refit leaf values written back into a native model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+import numpy as np
+import pytest
+
+cb = pytest.importorskip("catboost")
+pd = pytest.importorskip("pandas")
+
+from influence_gbdt.adapters import adapter_for  # noqa: E402
+from influence_gbdt.adapters.catboost import CatBoostAdapter  # noqa: E402
+
+from influence_gbdt.engine import InfluenceEngine, TestPoints  # noqa: E402
+from influence_gbdt.ensemble import TreeEnsemble  # noqa: E402
+from influence_gbdt.errors import InputError, ReproductionError, UnsupportedModelError  # noqa: E402
+
+N, M = 600, 40
+RESIDUALS: dict[str, float] = {}
+
+
+@pytest.fixture(autouse=True)
+def _catboost_info_in_tmp(tmp_path, monkeypatch):
+    """CatBoost writes catboost_info/ into the working directory: keep it out of the checkout."""
+    monkeypatch.chdir(tmp_path)
+
+
+def f32(a):
+    return np.asarray(a, dtype=np.float32).astype(np.float64)
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(N + M, 5))
+    y_cls = (X[:, 0] - X[:, 1] + rng.normal(size=N + M) > 0).astype(float)
+    y_reg = 2 * X[:, 0] + np.sin(3 * X[:, 1]) + 0.5 * rng.normal(size=N + M)
+    w = rng.uniform(0.3, 2.0, size=N)
+    return X[:N], X[N:], y_cls[:N], y_cls[N:], y_reg[:N], y_reg[N:], w
+
+
+def fit(loss, data, weights=False, **kw):
+    X, _, yc, _, yr, _, w = data
+    params = dict(iterations=15, depth=4, learning_rate=0.3, verbose=0, random_seed=0, thread_count=2)
+    params.update(kw)
+    model = (cb.CatBoostClassifier if loss == "Logloss" else cb.CatBoostRegressor)(**params)
+    y = yc if loss == "Logloss" else yr
+    sw = w if weights else None
+    model.fit(X, y, sample_weight=sw)
+    return model, y, sw
+
+
+SETTINGS = [
+    ("Logloss", dict(leaf_estimation_method="Newton", leaf_estimation_iterations=1), False),
+    ("Logloss", dict(leaf_estimation_method="Newton", leaf_estimation_iterations=10), True),
+    ("Logloss", dict(leaf_estimation_method="Gradient", leaf_estimation_iterations=10), False),
+    ("Logloss", dict(leaf_estimation_iterations=10, leaf_estimation_backtracking="No"), True),
+    ("Logloss", dict(boost_from_average=True, class_weights=[1.0, 3.0]), True),
+    ("Logloss", dict(auto_class_weights="Balanced", leaf_estimation_iterations=5), False),
+    ("Logloss", dict(scale_pos_weight=2.5, boost_from_average=True), False),
+    ("Logloss", dict(boosting_type="Ordered", leaf_estimation_iterations=10), False),
+    ("Logloss", dict(bootstrap_type="Bayesian", random_strength=5, rsm=0.6), True),
+    ("Logloss", dict(grow_policy="Depthwise", leaf_estimation_iterations=3), False),
+    ("RMSE", dict(leaf_estimation_method="Newton", leaf_estimation_iterations=1), True),
+    ("RMSE", dict(leaf_estimation_method="Newton", leaf_estimation_iterations=10), False),
+    ("RMSE", dict(leaf_estimation_method="Gradient", leaf_estimation_iterations=10), True),
+    ("RMSE", dict(boosting_type="Ordered", bootstrap_type="Bernoulli", subsample=0.7), False),
+    ("RMSE", dict(grow_policy="Lossguide", max_leaves=12, leaf_estimation_iterations=2), True),
+    ("RMSE", dict(boost_from_average=False, l2_leaf_reg=0.0), False),
+]
+
+
+@pytest.mark.parametrize(("loss", "kw", "weights"), SETTINGS)
+def test_self_check_and_predictions(data, loss, kw, weights):
+    model, y, sw = fit(loss, data, weights, **kw)
+    adapter = adapter_for(model)
+    assert isinstance(adapter, CatBoostAdapter)
+    eng = adapter.prepare(data[0], y, sw)
+    # ~1e-16 measured; up to ~2e-13 with boost_from_average (CatBoost's stored bias vs its start).
+    assert eng.relative_residual < 1e-12
+    RESIDUALS[f"{loss} {kw} weights={weights}"] = eng.relative_residual
+    Xt = data[1]
+    test = TestPoints(leaf_index=adapter.leaf_indices(Xt), offset=adapter.init_offset(Xt))
+    np.testing.assert_allclose(eng.predict_margin(test), adapter.raw_predict(Xt), rtol=0, atol=1e-12)
+
+
+def test_backtracking_scales_matter(data):
+    """AnyImprovement rejects steps; with every step accepted the model is not reproduced."""
+    model, y, sw = fit("RMSE", data, leaf_estimation_iterations=10)
+    ens = CatBoostAdapter(model).describe(data[0], y, sw)
+    assert model.get_all_params()["leaf_estimation_backtracking"] == "AnyImprovement"
+    assert ens.n_steps.min() < 10 or np.any((ens.step_scales != 1) & (ens.step_scales != 0))
+    fields = {k: getattr(ens, k) for k in TreeEnsemble.__dataclass_fields__ if k != "leaf_offset"}
+    fields.update(n_steps=np.full(ens.n_trees, 10), step_scales=np.ones((ens.n_trees, 10)))
+    assert InfluenceEngine(TreeEnsemble(**fields)).relative_residual > 1e-9
+    assert InfluenceEngine(ens).relative_residual < 1e-13
+
+
+def test_base_margin_is_catboost_bias(data):
+    _, _, yc, _, _, _, w = data
+    model, y, sw = fit("Logloss", data, True, boost_from_average=True, class_weights=[1.0, 3.0])
+    we = f32(f32(w) * np.where(yc == 1, 3.0, 1.0))
+    p = np.dot(we, yc) / we.sum()
+    assert abs(model.get_scale_and_bias()[1] - np.log(p / (1 - p))) < 1e-6  # CatBoost works in float32
+    ens = CatBoostAdapter(model).describe(data[0], y, sw)
+    np.testing.assert_allclose(ens.sample_weight, we, rtol=0, atol=0)
+    np.testing.assert_allclose(ens.weight_scale, np.where(yc == 1, 3.0, 1.0))
+
+
+# ----------------------------------------------------------------------------------------------
+# A plain numpy refit written from CatBoost's documented rules, one row at a time.
+
+
+def numpy_refit(model, X, y01, w_eff, Xt, scales, bias):
+    """Test margins of the fixed-structure model retrained (leaves only) with weights ``w_eff``."""
+    P = model.get_all_params()
+    lr, n = float(np.float32(P["learning_rate"])), len(y01)
+    lam = float(np.float32(P["l2_leaf_reg"])) * w_eff.sum() / n
+    newton = P["leaf_estimation_method"] == "Newton"
+    logloss = P["loss_function"] == "Logloss"
+    leaves = model.calc_leaf_indexes(cb.Pool(X)).astype(np.int64)
+    test_leaves = model.calc_leaf_indexes(cb.Pool(Xt)).astype(np.int64)
+    A, F = np.full(n, bias), np.full(len(Xt), bias)
+    for t, n_leaf in enumerate(np.asarray(model.get_tree_leaf_counts(), dtype=np.int64)):
+        li, u = leaves[:, t], np.zeros(n_leaf)
+        for s in scales[t]:
+            if s == 0:
+                continue
+            m = A + u[li]
+            if logloss:
+                p = 1 / (1 + np.exp(-m))
+                g, h = p - y01, p * (1 - p)
+            else:
+                g, h = m - y01, np.ones(n)
+            G = np.bincount(li, w_eff * g, n_leaf)
+            H = np.bincount(li, w_eff * h if newton else w_eff, n_leaf)
+            u = u - s * G / (H + lam)
+        A += lr * u[li]
+        F += lr * u[test_leaves[:, t]]
+    return F
+
+
+def const_bias(loss, y, w):
+    mean = np.dot(w, y) / w.sum()
+    return np.log(mean / (1 - mean)) if loss == "Logloss" else mean
+
+
+REFIT_SETTINGS = [
+    ("Logloss", dict(boost_from_average=True, class_weights=[1.0, 2.0]), True),
+    ("Logloss", dict(leaf_estimation_iterations=10, leaf_estimation_method="Gradient"), False),
+    ("RMSE", dict(leaf_estimation_iterations=10, boosting_type="Ordered"), True),
+    ("RMSE", dict(leaf_estimation_method="Newton", leaf_estimation_iterations=1), False),
+]
+
+
+@pytest.mark.parametrize(("loss", "kw", "weights"), REFIT_SETTINGS)
+def test_refit_and_influence_match_numpy_loop(data, loss, kw, weights):
+    X, Xt = data[0], data[1]
+    model, y, sw = fit(loss, data, weights, **kw)
+    adapter = CatBoostAdapter(model)
+    eng = adapter.prepare(X, y, sw)
+    ens = eng.ensemble
+    test = TestPoints(leaf_index=adapter.leaf_indices(Xt), offset=adapter.init_offset(Xt))
+    rows = np.array([0, 5, 17, 123, 399, 598])
+    refit = eng.leaf_refit(test, rows=rows, on="prediction")
+    infl = eng.leaf_influence(test, rows=rows, on="prediction")
+    scales = [ens.step_scales[t, : ens.n_steps[t]] for t in range(ens.n_trees)]
+    user = np.ones(N) if sw is None else f32(sw)
+    factor = ens.weight_scale
+    refit_bias = bool(model.get_all_params()["boost_from_average"])
+
+    stored_bias = model.get_scale_and_bias()[1]
+
+    def margins(v, bias=None, bump=0.0):
+        # A retrain re-estimates the bias exactly (CatBoost then rounds it to float32; not modelled).
+        w_eff = f32(v * factor) + bump
+        if bias is None:
+            bias = const_bias(loss, ens.y, w_eff) if refit_bias else stored_bias
+        return numpy_refit(model, X, ens.y, w_eff, Xt, scales, bias)
+
+    base = margins(user, stored_bias)
+    np.testing.assert_allclose(base, adapter.raw_predict(Xt), rtol=0, atol=1e-12)
+    eps = 1e-4
+    for k, i in enumerate(rows):
+        v = user.copy()
+        v[i] = 0.0
+        np.testing.assert_allclose(refit[k], base - margins(v), rtol=0, atol=1e-10)
+        bump = np.zeros(N)
+        bump[i] = eps * factor[i]  # d/d(user weight), in float64 (no float32 rounding of 1 +- eps)
+        fd = (margins(user, bump=bump) - margins(user, bump=-bump)) / (2 * eps)
+        np.testing.assert_allclose(infl[k], fd, rtol=1e-5, atol=1e-9 * max(1.0, np.abs(fd).max()))
+
+
+# ----------------------------------------------------------------------------------------------
+# Ground truth: CatBoost itself.
+
+
+def _splits(model):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "m.json")
+        model.save_model(path, format="json")
+        with open(path) as fh:
+            trees = json.load(fh)["oblivious_trees"]
+    return [[(s.get("float_feature_index"), s.get("border")) for s in t["splits"]] for t in trees]
+
+
+@pytest.mark.parametrize(("loss", "from_average"), [("Logloss", False), ("Logloss", True), ("RMSE", False),
+                                                   ("RMSE", True)])
+def test_leaf_refit_equals_true_retraining_when_structure_kept(data, loss, from_average, tmp_path):
+    X, Xt = data[0], data[1]
+    params = dict(iterations=10, depth=3, learning_rate=0.3, verbose=0, random_seed=3, thread_count=2,
+                  random_strength=0, bootstrap_type="No", boost_from_average=from_average)
+    Model = cb.CatBoostClassifier if loss == "Logloss" else cb.CatBoostRegressor
+    y = data[2] if loss == "Logloss" else data[4]
+    model = Model(**params).fit(X, y)
+    borders = str(tmp_path / "borders.tsv")
+    model.save_borders(borders)
+    adapter = CatBoostAdapter(model)
+    eng = adapter.prepare(X, y)
+    test = TestPoints(leaf_index=adapter.leaf_indices(Xt), offset=adapter.init_offset(Xt))
+    rows = np.arange(0, N, 30)
+    refit = eng.leaf_refit(test, rows=rows, on="prediction")
+    values, base = eng.refit_leaf_values(rows)
+    raw, leaves, splits = adapter.raw_predict(Xt), model.calc_leaf_indexes(cb.Pool(X)), _splits(model)
+    kept, worst = 0, 0.0
+    for k, i in enumerate(rows):
+        w = np.ones(N)
+        w[i] = 0.0
+        retrained = Model(**params, input_borders=borders).fit(X, y, sample_weight=w)
+        same = _splits(retrained) == splits and np.array_equal(
+            retrained.calc_leaf_indexes(cb.Pool(X))[w > 0], leaves[w > 0]
+        )
+        if not same:
+            continue
+        kept += 1
+        truth = raw - retrained.predict(Xt, prediction_type="RawFormulaVal")
+        # CatBoost rounds a re-estimated bias to float32: allow its last bit on top of 1e-9.
+        atol = 1e-9 + (2.0**-23 * abs(float(base[k])) if from_average else 0.0)
+        np.testing.assert_allclose(refit[k], truth, rtol=0, atol=atol)
+        worst = max(worst, float(np.abs(refit[k] - truth).max()))
+        # The engine's refit leaves written back into a native model predict the same.
+        native = model.copy()
+        native.shrink(native.tree_count_)
+        native.set_leaf_values(values[k] / native.get_scale_and_bias()[0])
+        native.set_scale_and_bias(native.get_scale_and_bias()[0], float(base[k]))
+        np.testing.assert_allclose(
+            native.predict(Xt, prediction_type="RawFormulaVal"), raw - refit[k], rtol=0, atol=1e-12
+        )
+    print(f"{loss} boost_from_average={from_average}: structure kept in {kept}/{len(rows)} retrains, "
+          f"max |refit - retrain| {worst:.1e}")
+    assert kept >= 3, f"structure kept in only {kept}/{len(rows)} retrains: the comparison is vacuous"
+
+
+# ----------------------------------------------------------------------------------------------
+# Inputs: DataFrames with one-hot categoricals, baselines; refusals.
+
+
+def test_dataframe_one_hot_categoricals_and_baseline(data):
+    X, Xt, yc = data[0], data[1], data[2]
+    rng = np.random.default_rng(1)
+    cats = np.array(["a", "b", "c"])[rng.integers(0, 3, N + M)]
+    frame = pd.DataFrame(np.vstack([X, Xt]), columns=[f"f{j}" for j in range(5)]).assign(c=cats)
+    y = np.where(yc + (cats[:N] == "a") > 0.5, "yes", "no")
+    baseline = 0.4 * rng.normal(size=N + M)
+    model = cb.CatBoostClassifier(iterations=12, depth=3, verbose=0, random_seed=0, thread_count=2,
+                                  cat_features=["c"], one_hot_max_size=4, leaf_estimation_iterations=4)
+    model.fit(cb.Pool(frame[:N], y, cat_features=["c"], baseline=baseline[:N]))
+    adapter = CatBoostAdapter(model)
+    eng = adapter.prepare(frame[:N], y, init_score=baseline[:N])
+    assert eng.relative_residual < 1e-13
+    ft = frame[N:]
+    test = TestPoints(leaf_index=adapter.leaf_indices(ft), offset=adapter.init_offset(ft, baseline[N:]))
+    pool = cb.Pool(ft, cat_features=["c"], baseline=baseline[N:])
+    native = model.predict(pool, prediction_type="RawFormulaVal")
+    np.testing.assert_allclose(adapter.raw_predict(ft, baseline[N:]), native, atol=1e-12)
+    np.testing.assert_allclose(eng.predict_margin(test), native, atol=1e-12)
+    with pytest.raises(ReproductionError, match="init_score"):
+        adapter.prepare(frame[:N], y)  # baseline forgotten
+
+
+def test_refusals(data):
+    X, _, yc, _, yr, _, _ = data
+    rng = np.random.default_rng(2)
+    cats = rng.integers(0, 40, N).astype(str)
+    frame = pd.DataFrame(X).assign(c=cats)
+    ctr = cb.CatBoostClassifier(iterations=20, depth=3, verbose=0, cat_features=["c"], one_hot_max_size=2,
+                                thread_count=2).fit(frame, (yc + (cats < "2") > 0.5).astype(int))
+    with pytest.raises(UnsupportedModelError, match="CTR"):
+        CatBoostAdapter(ctr)
+    langevin = cb.CatBoostRegressor(iterations=3, verbose=0, langevin=True, thread_count=2).fit(X, yr)
+    with pytest.raises(UnsupportedModelError, match="langevin"):
+        CatBoostAdapter(langevin)
+    shrink = cb.CatBoostRegressor(iterations=3, verbose=0, model_shrink_rate=0.1, thread_count=2).fit(X, yr)
+    with pytest.raises(UnsupportedModelError, match="model_shrink_rate"):
+        CatBoostAdapter(shrink)
+    mae = cb.CatBoostRegressor(iterations=3, verbose=0, loss_function="MAE", thread_count=2).fit(X, yr)
+    with pytest.raises(UnsupportedModelError, match=r"'MAE'.*Logloss"):
+        CatBoostAdapter(mae)
+    mono = cb.CatBoostClassifier(iterations=3, verbose=0, monotone_constraints=[1, 0, 0, 0, 0],
+                                 thread_count=2).fit(X, yc)
+    with pytest.raises(UnsupportedModelError, match="monotone_constraints"):
+        CatBoostAdapter(mono)
+    with pytest.raises(UnsupportedModelError, match="not trained"):
+        CatBoostAdapter(cb.CatBoostRegressor())
+
+
+def test_wrong_data_refused(data):
+    model, y, sw = fit("Logloss", data, True, leaf_estimation_iterations=10)
+    adapter = CatBoostAdapter(model)
+    with pytest.raises(ReproductionError, match="training rows"):
+        adapter.prepare(data[0], y[::-1].copy(), sw)
+    with pytest.raises(ReproductionError, match="sample weights"):
+        adapter.prepare(data[0], y, None)
+    with pytest.raises(InputError, match="classes"):
+        adapter.prepare(data[0], y + 2, sw)
+    with pytest.raises(InputError, match="one label per row"):
+        adapter.prepare(data[0], y[:-1], sw)
+
+
+def test_rounding_level_step_rejections_are_resolved(data, monkeypatch):
+    """CatBoost's Logloss uses a fast exp: it rejects steps that improve the loss by ~1e-7. Deciding
+    by the float64 loss alone misses them; the adapter's tie search reproduces every tree."""
+    import influence_gbdt.adapters.catboost as module
+
+    models = [fit(loss, data, leaf_estimation_iterations=10, learning_rate=0.5, depth=3)[:2]
+              for loss in ("Logloss", "RMSE")]
+    for model, y in models:
+        assert CatBoostAdapter(model).prepare(data[0], y).relative_residual < 1e-12
+    monkeypatch.setattr(module, "_TIE", {"logloss": 0.0, "squared_error": 0.0})
+    for model, y in models:
+        greedy = InfluenceEngine(CatBoostAdapter(model).describe(data[0], y))
+        assert greedy.relative_residual > 1e-9

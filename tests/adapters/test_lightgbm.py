@@ -1,0 +1,327 @@
+"""LightGBM adapter against real LightGBM models.
+
+Ground truth is LightGBM itself: stored leaf values (self-check), ``raw_score`` predictions, and
+``Booster.refit(decay_rate=0.0)`` on the data without a row (fixed-structure refit). LightGBM rounds
+per-row gradients to float32 and the engine works in double, so leaf values agree to ~1e-7 relative
+and refit differences to ~1e-6 relative (measured); the tolerances below are set from that.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+lgb = pytest.importorskip("lightgbm")
+
+from influence_gbdt.adapters.lightgbm import LightGBMAdapter  # noqa: E402
+
+from influence_gbdt.engine import TestPoints  # noqa: E402
+from influence_gbdt.errors import InputError, ReproductionError, UnsupportedModelError  # noqa: E402
+
+N, N_TEST, ROUNDS, LR = 600, 30, 15, 0.1
+LOSS = {"binary": "logloss", "regression": "squared_error"}
+
+
+@pytest.fixture(scope="module")
+def data() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(N + N_TEST, 6))
+    X[:, 5] = rng.integers(0, 8, N + N_TEST)  # categorical, 8 levels > max_cat_to_onehot=4
+    cat = X[:, 5]
+    noise = rng.normal(size=N + N_TEST)
+    y_bin = (X[:, 0] + 0.5 * X[:, 1] + (cat % 3 == 0) + noise > 0.3).astype(float)
+    y_reg = 2 * X[:, 0] + np.sin(1.7 * cat) + 0.5 * noise
+    w = rng.integers(32, 128, N + N_TEST) / 64.0  # exact in float32
+    return {"X": X[:N], "Xt": X[N:], "binary": y_bin[:N], "regression": y_reg[:N], "w": w[:N]}
+
+
+def train(data, objective: str, weighted: bool, bfa: bool = True, n: int = N, **extra) -> lgb.Booster:
+    params = dict(
+        objective=objective,
+        verbose=-1,
+        num_leaves=8,
+        learning_rate=LR,
+        min_data_in_leaf=5,
+        min_data_per_group=5,
+        cat_smooth=1.0,
+        boost_from_average=bfa,
+        **extra,
+    )
+    ds = lgb.Dataset(
+        data["X"][:n],
+        data[objective][:n],
+        weight=data["w"][:n] if weighted else None,
+        categorical_feature=[5],
+    )
+    return lgb.train(params, ds, ROUNDS)
+
+
+def points_of(adapter: LightGBMAdapter, X: np.ndarray) -> TestPoints:
+    return TestPoints(leaf_index=adapter.leaf_indices(X), offset=adapter.init_offset(X))
+
+
+def has_many_vs_many_split(booster: lgb.Booster) -> bool:
+    return "||" in str(booster.dump_model()["tree_info"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Library ground truth: Booster.refit with decay_rate=0 (fixed structure, leaves refit in order).
+
+
+def unfold_tree0(booster: lgb.Booster, init: float) -> lgb.Booster:
+    """Undo boost_from_average in the model string: tree 0 leaves minus the init score and its
+    shrinkage back to the learning rate, so that refit (which starts from init_score) is exact."""
+    text = re.sub(r"^tree_sizes=.*\n", "", booster.model_to_string(), flags=re.M)
+    head, rest = text.split("Tree=0\n", 1)
+    tree0, tail = rest.split("\n\n", 1)
+
+    def fix(line: str) -> str:
+        if line.startswith("leaf_value="):
+            return "leaf_value=" + " ".join(repr(float(v) - init) for v in line[11:].split())
+        return f"shrinkage={LR!r}" if line.startswith("shrinkage=") else line
+
+    return lgb.Booster(model_str=head + "Tree=0\n" + "\n".join(map(fix, tree0.split("\n"))) + "\n\n" + tail)
+
+
+def init_score_of(objective: str, y: np.ndarray, w: np.ndarray | None) -> float:
+    """boost_from_average's init score, written out independently of the adapter."""
+    w = np.ones(len(y)) if w is None else np.asarray(w, np.float32).astype(np.float64)
+    mean = float(np.average(np.asarray(y, np.float32), weights=w))
+    return float(np.log(mean / (1 - mean))) if objective == "binary" else mean
+
+
+def refit_margin(booster, X, y, w, Xt, objective: str, init_full: float | None) -> np.ndarray:
+    """LightGBM's refit of ``booster`` on (X, y, w), raw margin on Xt. With boost_from_average
+    (``init_full`` = the model's init score) the init score is re-estimated on (y, w)."""
+    if init_full is None:
+        return booster.refit(X, y, decay_rate=0.0, weight=w).predict(Xt, raw_score=True)
+    init = init_score_of(objective, y, w)
+    refit = unfold_tree0(booster, init_full).refit(
+        X, y, decay_rate=0.0, weight=w, init_score=np.full(len(y), init)
+    )
+    return refit.predict(Xt, raw_score=True) + init
+
+
+# ---------------------------------------------------------------------------------------------
+# Self-check.
+
+
+@pytest.mark.parametrize("objective", ["binary", "regression"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("bfa", [True, False])
+def test_self_check_and_predictions(data, objective, weighted, bfa):
+    booster = train(data, objective, weighted, bfa, lambda_l1=0.2, lambda_l2=1.0, max_delta_step=0.5)
+    assert has_many_vs_many_split(booster)
+    adapter = LightGBMAdapter(booster)
+    engine = adapter.prepare(data["X"], data[objective], data["w"] if weighted else None)
+    assert engine.relative_residual < 1e-6
+    assert (engine.ensemble.base_margin != 0) == bfa
+    test = points_of(adapter, data["Xt"])
+    np.testing.assert_allclose(engine.predict_margin(test), adapter.raw_predict(data["Xt"]), atol=1e-6)
+
+
+def test_cat_l2_is_needed(data):
+    booster = train(data, "regression", False)
+    assert LightGBMAdapter(booster).prepare(data["X"], data["regression"]).relative_residual < 1e-6
+    with pytest.raises(ReproductionError, match="not reproduced"):
+        LightGBMAdapter(booster, params={"cat_l2": 0}).prepare(data["X"], data["regression"])
+
+
+def test_one_leaf_tree(data):
+    X = data["X"][:, :1]
+    booster = lgb.train(
+        dict(objective="binary", verbose=-1, min_data_in_leaf=N), lgb.Dataset(X, data["binary"]), 5
+    )
+    assert "split_index" not in booster.dump_model()["tree_info"][0]["tree_structure"]
+    engine = LightGBMAdapter(booster).prepare(X, data["binary"])
+    assert engine.relative_residual < 1e-12
+
+
+@pytest.mark.parametrize(
+    ("kind", "match"),
+    [
+        ("shuffled", "not reproduced"),
+        ("labels", "not reproduced"),
+        ("weights", "not reproduced"),
+        ("init_score", "without init_score"),
+    ],
+)
+def test_wrong_data_refused(data, kind, match):
+    booster = train(data, "binary", True)
+    X, y, w = data["X"], data["binary"], data["w"]
+    rng = np.random.default_rng(1)
+    args = {
+        "shuffled": (X[rng.permutation(N)], y, w),
+        "labels": (X, rng.permutation(y), w),
+        "weights": (X, y, None),
+        "init_score": (X, y, w, np.zeros(N)),
+    }[kind]
+    with pytest.raises((ReproductionError, InputError), match=match):
+        LightGBMAdapter(booster).prepare(*args)
+
+
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [
+        (dict(bagging_fraction=0.8, bagging_freq=1), "bagging_fraction=0.8.*Retrain with bagging_fraction=1"),
+        (dict(data_sample_strategy="goss"), "goss"),
+        (dict(boosting="dart"), "dart"),
+        (dict(boosting="rf", bagging_fraction=0.8, bagging_freq=1), "boosting=rf"),
+        (dict(linear_tree=True), "linear_tree"),
+        (dict(use_quantized_grad=True), "use_quantized_grad"),
+        (dict(monotone_constraints=[1, 0, 0, 0, 0]), "monotone"),
+        (dict(path_smooth=1.0), "path_smooth"),
+        (dict(objective="regression_l1"), "objective 'regression_l1'"),
+        (dict(objective="multiclass", num_class=3), "objective 'multiclass"),
+        (dict(reg_sqrt=True), "reg_sqrt"),
+    ],
+)
+def test_unsupported_settings_refused(data, params, match):
+    params = {"objective": "regression", **params}
+    y = data["binary"] * 2 if params["objective"] == "multiclass" else data["regression"]
+    ds = lgb.Dataset(data["X"][:, :5], y)
+    booster = lgb.train({"verbose": -1, "num_leaves": 4, **params}, ds, 3)
+    with pytest.raises(UnsupportedModelError, match=match):
+        LightGBMAdapter(booster)
+
+
+def test_unfitted_refused():
+    with pytest.raises(UnsupportedModelError, match="not fitted"):
+        LightGBMAdapter(lgb.LGBMClassifier())
+
+
+# ---------------------------------------------------------------------------------------------
+# Scores against LightGBM's refit.
+
+REFIT_CASES = [
+    ("binary", True, True),
+    ("binary", False, False),
+    ("regression", False, True),
+    ("regression", True, False),
+]
+
+
+@pytest.mark.parametrize(("objective", "weighted", "bfa"), REFIT_CASES)
+def test_leaf_refit_matches_lightgbm_refit(data, objective, weighted, bfa):
+    # Booster.refit uses lambda_l2 only, never cat_l2: train with cat_l2=0 to compare with it.
+    booster = train(data, objective, weighted, bfa, cat_l2=0.0, lambda_l2=0.5)
+    assert has_many_vs_many_split(booster)
+    X, y, Xt = data["X"], data[objective], data["Xt"]
+    w = data["w"] if weighted else None
+    init_full = init_score_of(objective, y, w) if bfa else None
+    adapter = LightGBMAdapter(booster)
+    engine = adapter.prepare(X, y, w)
+    rows = np.arange(0, N, N // 12)[:12]
+    ours = engine.leaf_refit(
+        points_of(adapter, Xt), rows=rows, update_set="all_points", refit_base=bfa, on="prediction"
+    )
+    full = refit_margin(booster, X, y, w, Xt, objective, init_full)
+    np.testing.assert_allclose(full, adapter.raw_predict(Xt), atol=1e-12)
+    truth = []
+    for i in rows:
+        keep = np.arange(N) != i
+        truth.append(
+            full
+            - refit_margin(
+                booster, X[keep], y[keep], None if w is None else w[keep], Xt, objective, init_full
+            )
+        )
+    truth = np.array(truth)
+    assert np.abs(truth).max() > 1e-3
+    assert np.abs(ours - truth).max() < 1e-5 * np.abs(truth).max()
+
+
+@pytest.mark.parametrize(
+    ("objective", "weighted", "bfa", "extra"),
+    [
+        ("binary", False, True, {}),
+        ("regression", True, True, {}),
+        ("binary", True, False, {"scale_pos_weight": 3.0}),
+    ],
+)
+def test_leaf_influence_matches_finite_differences(data, objective, weighted, bfa, extra):
+    booster = train(data, objective, weighted, bfa, cat_l2=0.0, **extra)
+    X, y, Xt = data["X"], data[objective], data["Xt"]
+    w = data["w"] if weighted else np.ones(N)
+    init_full = init_score_of(objective, y, w) if bfa else None
+    adapter = LightGBMAdapter(booster)
+    engine = adapter.prepare(X, y, w if weighted else None)
+    rows = np.arange(5, N, N // 10)[:10]
+    ours = engine.leaf_influence(
+        points_of(adapter, Xt), rows=rows, update_set="all_points", refit_base=bfa, on="prediction"
+    )
+    eps = 2.0**-7  # float32 gradients in LightGBM put ~1e-8 noise on each refit
+    fd = []
+    for i in rows:
+        wp, wm = w.copy(), w.copy()
+        wp[i] += eps
+        wm[i] -= eps
+        fd.append(
+            (
+                refit_margin(booster, X, y, wp, Xt, objective, init_full)
+                - refit_margin(booster, X, y, wm, Xt, objective, init_full)
+            )
+            / (2 * eps)
+        )
+    fd = np.array(fd)
+    assert np.abs(ours - fd).max() < 1e-3 * np.abs(fd).max()
+
+
+# ---------------------------------------------------------------------------------------------
+# Wrappers, DataFrames, class weights.
+
+
+def test_sklearn_wrappers_and_dataframes(data):
+    X, y, w = data["X"], data["binary"], data["w"]
+    frame = pd.DataFrame(X, columns=[f"f{j}" for j in range(6)])
+    frame["f5"] = frame["f5"].astype(int).astype("category")
+    params = dict(
+        n_estimators=ROUNDS,
+        num_leaves=8,
+        learning_rate=LR,
+        min_child_samples=5,
+        verbose=-1,
+        min_data_per_group=5,
+        cat_smooth=1.0,
+    )
+    clf = lgb.LGBMClassifier(**params).fit(frame, y, sample_weight=w)
+    booster = lgb.train({"objective": "binary", **params}, lgb.Dataset(frame, y, weight=w), ROUNDS)
+    frame_t = pd.DataFrame(data["Xt"], columns=frame.columns).astype({"f5": int})
+    frame_t["f5"] = pd.Categorical(frame_t["f5"], categories=frame["f5"].cat.categories)
+    rows = np.arange(10)
+    scores = []
+    for model in (clf, clf.booster_, booster):
+        adapter = LightGBMAdapter(model)
+        engine = adapter.prepare(frame, y, w)
+        assert engine.relative_residual < 1e-6
+        test = points_of(adapter, frame_t)
+        np.testing.assert_allclose(engine.predict_margin(test), adapter.raw_predict(frame_t), atol=1e-6)
+        scores.append(
+            engine.leaf_influence(test, rows=rows, update_set="all_points", refit_base=True, on="prediction")
+        )
+    np.testing.assert_array_equal(scores[0], scores[1])
+    np.testing.assert_allclose(scores[0], scores[2], rtol=1e-12, atol=1e-14)
+    reg = lgb.LGBMRegressor(**params).fit(frame, data["regression"])
+    assert LightGBMAdapter(reg).prepare(frame, data["regression"]).relative_residual < 1e-6
+
+
+def test_class_weights(data):
+    X, y, w = data["X"], data["binary"], data["w"]
+    clf = lgb.LGBMClassifier(n_estimators=ROUNDS, num_leaves=8, verbose=-1, class_weight={0: 1.0, 1: 2.5})
+    clf.fit(X, y, sample_weight=w)
+    engine = LightGBMAdapter(clf).prepare(X, y, w)
+    assert engine.relative_residual < 1e-6
+    np.testing.assert_array_equal(engine.ensemble.weight_scale, np.where(y == 1, 2.5, 1.0))
+    with pytest.raises(ReproductionError):  # the class weight is part of the model, not of the data
+        LightGBMAdapter(clf.booster_).prepare(X, y, w)
+    booster = train(data, "binary", False, True, is_unbalance=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        engine = LightGBMAdapter(booster).prepare(X, y)
+    assert engine.relative_residual < 1e-6
+    assert any("is_unbalance" in str(c.message) for c in caught)
+    assert not engine.ensemble.base_margin_refit
