@@ -1,0 +1,67 @@
+"""Small real models of each library, shared by the API and CLI tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+LIBRARIES = ("xgboost", "lightgbm", "catboost")
+
+
+def binary_data(n: int = 400, n_test: int = 25, seed: int = 0) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame, np.ndarray]:
+    """Numeric features, a 0/1 label with some noise."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n + n_test, 4))
+    y = (X[:, 0] + 0.5 * X[:, 1] * X[:, 2] + rng.normal(scale=0.7, size=n + n_test) > 0).astype(int)
+    frame = pd.DataFrame(X, columns=["a", "b", "c", "d"])
+    return frame.iloc[:n].reset_index(drop=True), y[:n], frame.iloc[n:].reset_index(drop=True), y[n:]
+
+
+def classifier(library: str, X: Any, y: np.ndarray, n_trees: int = 15) -> Any:
+    """A fitted scikit-learn-style binary classifier of ``library``."""
+    if library == "xgboost":
+        import xgboost
+
+        return xgboost.XGBClassifier(n_estimators=n_trees, max_depth=3, learning_rate=0.3).fit(X, y)
+    if library == "lightgbm":
+        import lightgbm
+
+        return lightgbm.LGBMClassifier(n_estimators=n_trees, num_leaves=8, learning_rate=0.3,
+                                       verbose=-1).fit(X, y)
+    import catboost
+
+    return catboost.CatBoostClassifier(iterations=n_trees, depth=3, learning_rate=0.3, verbose=0,
+                                       random_seed=0, allow_writing_files=False).fit(X, y)
+
+
+def regressor(library: str, X: Any, y: np.ndarray, n_trees: int = 15) -> Any:
+    """A fitted scikit-learn-style squared-error regressor of ``library``."""
+    if library == "xgboost":
+        import xgboost
+
+        return xgboost.XGBRegressor(n_estimators=n_trees, max_depth=3).fit(X, y)
+    if library == "lightgbm":
+        import lightgbm
+
+        return lightgbm.LGBMRegressor(n_estimators=n_trees, num_leaves=8, verbose=-1).fit(X, y)
+    import catboost
+
+    return catboost.CatBoostRegressor(iterations=n_trees, depth=3, verbose=0, random_seed=0,
+                                      allow_writing_files=False).fit(X, y)
+
+
+def save_model(library: str, model: Any, directory: Any) -> tuple[str, dict[str, Any] | None]:
+    """Write ``model`` in its library's native format; return the path and the params it lost."""
+    if library == "xgboost":
+        path = str(directory / "model.json")
+        model.get_booster().save_model(path)
+        return path, {"eta": 0.3, "lambda": 1.0}
+    if library == "lightgbm":
+        path = str(directory / "model.txt")
+        model.booster_.save_model(path)
+        return path, None
+    path = str(directory / "model.cbm")
+    model.save_model(path)
+    return path, None

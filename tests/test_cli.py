@@ -1,0 +1,89 @@
+"""The influence-gbdt command, end to end on model files written by each booster."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from boosters import LIBRARIES, binary_data, classifier, save_model
+
+from influence_gbdt.cli import main
+
+
+@pytest.fixture(scope="module", params=LIBRARIES)
+def files(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    library = request.param
+    directory = tmp_path_factory.mktemp(library)
+    X, y, X_test, y_test = binary_data(n=300)
+    model = classifier(library, X, y)
+    path, params = save_model(library, model, directory)
+    train, test = directory / "train.csv", directory / "test.parquet"
+    X.assign(label=y).to_csv(train, index=False)
+    X_test.assign(label=y_test).to_parquet(test, index=False)
+    return library, path, params, train, test, directory
+
+
+def _model_args(path: str, params: dict | None, train: object) -> list[str]:
+    args = [path, "--train", str(train), "--label", "label", "--quiet"]
+    return args + (["--params", json.dumps(params)] if params else [])
+
+
+def test_check_reports_a_supported_model(files: tuple, capsys: pytest.CaptureFixture) -> None:
+    library, path, params, train, _, _ = files
+    assert main(["check", *_model_args(path, params, train)]) == 0
+    out = capsys.readouterr().out
+    assert f"Supported: the {library} model" in out and "relative residual" in out
+
+
+def test_score_writes_the_table_and_prints_top_rows(files: tuple, capsys: pytest.CaptureFixture) -> None:
+    _, path, params, train, test, directory = files
+    output = directory / "scores.csv"
+    assert main(["score", *_model_args(path, params, train), "--test", str(test), "-o", str(output),
+                 "--top", "3"]) == 0
+    table = pd.read_csv(output)
+    assert list(table.columns) == ["row", "score", "label"] and len(table) == 300
+    out = capsys.readouterr().out
+    assert "Most harmful training rows" in out and "Most helpful training rows" in out
+    # Per test point, as Parquet, with LeafRefit.
+    wide = directory / "wide.parquet"
+    assert main(["score", *_model_args(path, params, train), "--test", str(test), "-o", str(wide),
+                 "--per-test-point", "--method", "leaf_refit"]) == 0
+    assert pd.read_parquet(wide).shape == (300, 1 + 25)
+
+
+def test_errors_become_one_line_and_exit_code_2(files: tuple, capsys: pytest.CaptureFixture) -> None:
+    _, path, params, train, _, directory = files
+    shuffled = directory / "shuffled.csv"
+    frame = pd.read_csv(train)  # labels shuffled against their rows: not the training data
+    frame["label"] = frame["label"].sample(frac=1.0, random_state=0).to_numpy()
+    frame.to_csv(shuffled, index=False)
+    assert main(["check", *_model_args(path, params, shuffled)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("influence-gbdt check: error:") and "not reproduced" in err and "\n" not in err
+    args = _model_args(path, params, train)
+    args[args.index("--label") + 1] = "nope"
+    assert main(["check", *args]) == 2
+    assert "no column 'nope'" in capsys.readouterr().err
+    assert main(["check", str(directory / "missing.txt"), "--train", str(train), "--label", "label"]) == 2
+
+
+def test_xgboost_file_without_params_is_refused_with_advice(tmp_path: object) -> None:
+    X, y, _, _ = binary_data(n=200)
+    model = classifier("xgboost", X, y)
+    model.set_params(learning_rate=0.1).fit(X, y)
+    path, _ = save_model("xgboost", model, tmp_path)
+    train = tmp_path / "train.csv"  # type: ignore[operator]
+    X.assign(label=y).to_csv(train, index=False)
+    assert main(["check", path, "--train", str(train), "--label", "label", "--quiet"]) == 2
+    assert main(["check", path, "--train", str(train), "--label", "label", "--quiet",
+                 "--params", '{"eta": 0.1}']) == 0
+
+
+def test_demo_runs_and_reports_auc(capsys: pytest.CaptureFixture) -> None:
+    assert main(["demo", "--trees", "15", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "most harmful training rows" in out and "ROC-AUC, leaf_influence" in out
+    auc = float(out.split("ROC-AUC, leaf_influence (exact, all_points):")[1].split()[0])
+    assert np.isfinite(auc) and auc > 0.6  # flipped labels are found far above chance (0.5)
