@@ -1,0 +1,57 @@
+"""Developer sessions: ``nox -s tests lint typecheck bench loo paper docs``."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["tests", "lint", "typecheck"]
+PYTHON = ["3.11", "3.12"]
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """The default test suite (what CI runs)."""
+    session.install("-e", ".[all,test]", "scikit-learn")
+    session.run("pytest", "-q", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff lint and format check."""
+    session.install("ruff")
+    session.run("ruff", "check", "influence_gbdt", "adapters", "tests", "benchmarks")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy on the package."""
+    session.install("-e", ".[all]", "mypy", "pandas-stubs")
+    session.run("mypy", "influence_gbdt", "adapters")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Engine timing table on an Adult-size synthetic ensemble."""
+    session.install("-e", ".")
+    session.run("python", "benchmarks/engine.py")
+
+
+@nox.session
+def loo(session: nox.Session) -> None:
+    """The long leave-one-out studies (tests marked slow)."""
+    session.install("-e", ".[all,test]", "scikit-learn")
+    session.run("pytest", "-q", "-m", "slow", "--runslow", *session.posargs)
+
+
+@nox.session
+def paper(session: nox.Session) -> None:
+    """The paper's experiments on UCI Adult; writes docs/paper.md."""
+    session.install("-e", ".[all]")
+    session.run("python", "benchmarks/paper.py")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Check that the docs' code examples run (doctest of the user guide)."""
+    session.install("-e", ".[all,test]")
+    session.run("python", "-m", "doctest", "-v", "docs/user-guide.md")
