@@ -1,4 +1,4 @@
-"""Developer sessions: ``nox -s tests lint typecheck bench loo paper docs``."""
+"""Developer sessions: ``nox -s tests lint typecheck bench loo docs``."""
 
 from __future__ import annotations
 
@@ -41,13 +41,6 @@ def loo(session: nox.Session) -> None:
     """The long leave-one-out studies (tests marked slow)."""
     session.install("-e", ".[all,test]", "scikit-learn")
     session.run("pytest", "-q", "-m", "slow", "--runslow", *session.posargs)
-
-
-@nox.session
-def paper(session: nox.Session) -> None:
-    """The paper's experiments on UCI Adult; writes docs/paper.md."""
-    session.install("-e", ".[all]")
-    session.run("python", "benchmarks/paper.py")
 
 
 @nox.session

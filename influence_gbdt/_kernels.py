@@ -22,7 +22,7 @@ import numba
 import numpy as np
 from numpy.typing import NDArray
 
-from .losses import derivatives, point
+from .losses import derivatives, point, weighted_gh
 
 ALL = 0
 NONE = 1
@@ -53,6 +53,7 @@ class Tables(NamedTuple):
     w: NDArray[np.float64]  # (n,)
     loss: int
     floor: float
+    f32: bool  # round each row's w g and w h to float32 before the leaf sums G, H (LightGBM)
     # Filled by replay():
     values: NDArray[np.float64]  # (n_total,) recomputed leaf values
     margin_before: NDArray[np.float64]  # (T, n) margins entering each tree
@@ -118,10 +119,11 @@ def replay(
                 tb.Z[st, j] = z
                 g, h, k = derivatives(tb.loss, tb.y[j], z, tb.floor)
                 wj = tb.w[j]
-                G[lj] += wj * g
-                swh[lj] += wj * h
+                wg, wh = weighted_gh(tb.loss, g, h, wj, tb.f32)
+                G[lj] += wg
+                swh[lj] += wj * h  # derivative caches stay unrounded
                 swk[lj] += wj * k
-                H[lj] += wj * h if tb.newton[t] else wj
+                H[lj] += wh if tb.newton[t] else wj
             for lj in range(L):
                 lam = tb.l2[base + lj] + tb.l2pw[t] * W
                 d, rg, rd = leaf_step(G[lj], H[lj], lam, tb.l1[t], tb.mds[t])
@@ -380,8 +382,9 @@ def _refit_one(
                             tb.loss, tb.y[j], point(tb.loss, tb.margin_before[t, j] + delta[j] + u[lj]),
                             tb.floor,
                         )
-                        G[lj] += tb.w[j] * g
-                        H[lj] += tb.w[j] * h if newton else tb.w[j]
+                        wg, wh = weighted_gh(tb.loss, g, h, tb.w[j], tb.f32)
+                        G[lj] += wg
+                        H[lj] += wh if newton else tb.w[j]
             else:
                 for lj in range(L):
                     shifted = selected[lj]
@@ -391,8 +394,9 @@ def _refit_one(
                         H[lj] = tb.H[o + lj]
                         if lj == l0:
                             g0, h0, _ = derivatives(tb.loss, tb.y[i0], tb.Z[st, i0], tb.floor)
-                            G[lj] -= tb.w[i0] * g0
-                            H[lj] -= tb.w[i0] * h0 if newton else tb.w[i0]
+                            wg0, wh0 = weighted_gh(tb.loss, g0, h0, tb.w[i0], tb.f32)
+                            G[lj] -= wg0
+                            H[lj] -= wh0 if newton else tb.w[i0]
                         continue
                     first = tb.leaf_first[base + lj]
                     for r in range(first, first + tb.leaf_count[base + lj]):
@@ -402,8 +406,9 @@ def _refit_one(
                             if shifted:
                                 m += delta[j]
                             g, h, _ = derivatives(tb.loss, tb.y[j], point(tb.loss, m), tb.floor)
-                            G[lj] += tb.w[j] * g
-                            H[lj] += tb.w[j] * h if newton else tb.w[j]
+                            wg, wh = weighted_gh(tb.loss, g, h, tb.w[j], tb.f32)
+                            G[lj] += wg
+                            H[lj] += wh if newton else tb.w[j]
             for lj in range(L):
                 lam = tb.l2[base + lj] + tb.l2pw[t] * w_total
                 d, _, _ = leaf_step(G[lj], H[lj], lam, tb.l1[t], tb.mds[t])

@@ -483,7 +483,7 @@ def _build_tables(e: TreeEnsemble, loss: int) -> K.Tables:
         mds=e.max_delta_step, l2=e.l2, l2pw=e.l2_per_weight_sum, n_steps=e.n_steps,
         scales=e.step_scales, step_ptr=step_ptr, sl_off=sl_off, rows_by_leaf=rows_by_leaf,
         leaf_first=leaf_first, leaf_count=leaf_count, y=e.y, w=e.sample_weight, loss=loss,
-        floor=e.hessian_floor, values=np.empty(e.n_total_leaves), margin_before=np.empty((T, n)),
+        floor=e.hessian_floor, f32=e.float32_gradients, values=np.empty(e.n_total_leaves), margin_before=np.empty((T, n)),
         Z=np.empty((int(step_ptr[-1]), n)), u_before=np.empty(n_sl), G=np.empty(n_sl),
         H=np.empty(n_sl), SWH=np.empty(n_sl), SWK=np.empty(n_sl), RG=np.empty(n_sl),
         RD=np.empty(n_sl),

@@ -120,6 +120,9 @@ class TreeEnsemble:
         Effective training weights (>= 0), class weights folded in.
     weight_scale : ndarray of shape (n,), float64
         ``d sample_weight / d user weight`` per row (the class-weight factor), usually 1.
+    float32_gradients : bool
+        Round each row's weighted gradient and hessian to float32 before the leaf sums, as
+        LightGBM does (replay and refit only; derivatives for leaf_influence stay in float64).
     """
 
     leaf_index: NDArray[np.int32]
@@ -142,6 +145,7 @@ class TreeEnsemble:
     y: NDArray[np.float64]
     sample_weight: NDArray[np.float64]
     weight_scale: NDArray[np.float64]
+    float32_gradients: bool
     leaf_offset: NDArray[np.int64] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -194,6 +198,7 @@ class TreeEnsemble:
         sample_weight: ArrayLike | None = None,
         weight_scale: ArrayLike | None = None,
         tree_class: ArrayLike = 0,
+        float32_gradients: bool = False,
     ) -> TreeEnsemble:
         """Validate and normalize the description; scalars broadcast over trees, leaves or rows.
 
@@ -215,7 +220,7 @@ class TreeEnsemble:
         n_steps : array-like of shape (T,), optional
             Steps per tree; default: the count of leading nonzero ``step_scales`` is not assumed,
             all ``S`` columns are used.
-        hessian_floor, base_margin, base_margin_refit : see the class attributes.
+        hessian_floor, base_margin, base_margin_refit, float32_gradients : see the class attributes.
         init_offset, sample_weight, weight_scale : array-like of shape (n,), optional
             Default 0, 1 and 1.
         tree_class : scalar or shape (T,)
@@ -320,4 +325,5 @@ class TreeEnsemble:
             y=labels,
             sample_weight=weights,
             weight_scale=_per_row("weight_scale", weight_scale, n_rows, 1.0),
+            float32_gradients=bool(float32_gradients),
         )

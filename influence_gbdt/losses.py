@@ -49,6 +49,20 @@ def derivatives(loss: int, y: float, z: float, floor: float) -> tuple[float, flo
 
 
 @_jit
+def weighted_gh(loss: int, g: float, h: float, w: float, f32: bool) -> tuple[float, float]:
+    """One row's weighted ``(w g, w h)`` from its derivatives, as the booster sums them per leaf.
+
+    With ``f32`` both are rounded to float32 the way LightGBM computes them (``score_t = float``):
+    ``f32(w g)``, ``f32(w h)`` for log loss, ``f32(f32(g) w)``, ``f32(w h)`` for squared error.
+    """
+    if not f32:
+        return w * g, w * h
+    if loss == LOGLOSS:
+        return np.float64(np.float32(w * g)), np.float64(np.float32(w * h))
+    return np.float64(np.float32(np.float64(np.float32(g)) * w)), np.float64(np.float32(w * h))
+
+
+@_jit
 def value(loss: int, y: float, m: float) -> float:
     """Loss of margin ``m`` for label ``y``, computed without overflow."""
     if loss == LOGLOSS:
