@@ -68,6 +68,12 @@ class Tables(NamedTuple):
 
 
 @_jit
+def _max_leaves(tb: Tables) -> int:
+    """The largest number of leaves of any tree (size of per-tree scratch arrays)."""
+    return int(np.max(tb.leaf_off[1:] - tb.leaf_off[:-1]))
+
+
+@_jit
 def leaf_step(G: float, H: float, lam: float, l1: float, mds: float) -> tuple[float, float, float]:
     """One leaf-estimation step and its partial derivatives.
 
@@ -155,9 +161,7 @@ def _reverse_sweep(tb: Tables, c_leaf: NDArray[np.float64]) -> tuple[NDArray[np.
     term (added by the caller) and per unit of *effective* weight.
     """
     T, n = tb.leaf.shape
-    max_l = 0
-    for t in range(T):
-        max_l = max(max_l, tb.leaf_off[t + 1] - tb.leaf_off[t])
+    max_l = _max_leaves(tb)
     max_s = tb.scales.shape[1]
     a_bar = np.zeros(n)
     w_bar = np.zeros(n)
@@ -282,9 +286,7 @@ def _forward_one(
     track = mode != NONE
     J = np.full(n if track else 0, d_base)
     out = np.empty(tb.leaf_off[T])
-    max_l = 0
-    for t in range(T):
-        max_l = max(max_l, tb.leaf_off[t + 1] - tb.leaf_off[t])
+    max_l = _max_leaves(tb)
     selected = np.zeros(max_l, dtype=np.bool_)
     for t in range(T):
         base = tb.leaf_off[t]
@@ -358,9 +360,7 @@ def _refit_one(
     delta = np.full(n if track else 0, base_shift)
     w_total = tb.w.sum() - tb.w[i0]
     out = np.empty(tb.leaf_off[T])
-    max_l = 0
-    for t in range(T):
-        max_l = max(max_l, tb.leaf_off[t + 1] - tb.leaf_off[t])
+    max_l = _max_leaves(tb)
     selected = np.zeros(max_l, dtype=np.bool_)
     for t in range(T):
         base = tb.leaf_off[t]
