@@ -18,6 +18,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from influence_gbdt.engine import InfluenceEngine
 from influence_gbdt.ensemble import TreeEnsemble
+from influence_gbdt.tabular import n_rows
 
 
 class BoosterAdapter(ABC):
@@ -62,7 +63,7 @@ class BoosterAdapter(ABC):
 
     def init_offset(self, X: Any, init_score: ArrayLike | None = None) -> NDArray[np.float64]:
         """Per-row offset of the initial margin for ``X`` (the user's init score / base margin)."""
-        n = _n_rows(X)
+        n = n_rows(X)
         if init_score is None:
             return np.zeros(n)
         offset = np.asarray(init_score, dtype=np.float64).ravel()
@@ -132,8 +133,3 @@ class BoosterAdapter(ABC):
         engine = InfluenceEngine(self.describe(X, y, sample_weight, init_score))
         engine.check_reproduction(rtol=self.rtol, hint=f"{self.library}: {self.hint}")
         return engine
-
-
-def _n_rows(X: Any) -> int:
-    shape = getattr(X, "shape", None)
-    return int(shape[0]) if shape is not None else len(X)

@@ -23,8 +23,9 @@ from numpy.typing import ArrayLike, NDArray
 
 from influence_gbdt.ensemble import TreeEnsemble
 from influence_gbdt.errors import InputError, UnsupportedModelError
+from influence_gbdt.tabular import n_rows
 
-from .base import BoosterAdapter, _n_rows
+from .base import BoosterAdapter
 
 _LOSSES = {"Logloss": "logloss", "RMSE": "squared_error"}
 #: Relative loss difference below which an AnyImprovement decision counts as a tie (CatBoost's
@@ -155,7 +156,7 @@ class CatBoostAdapter(BoosterAdapter):
         and ``scale_pos_weight``) are folded into the effective weight and reported as
         ``weight_scale``. ``init_score`` (n,) is the baseline the model was trained with.
         """
-        n = _n_rows(X)
+        n = n_rows(X)
         labels = self._labels(y)
         if labels.shape != (n,):
             raise InputError(f"y must have one label per row of X ({n}), got shape {labels.shape}.")

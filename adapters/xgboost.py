@@ -234,7 +234,7 @@ class XGBoostAdapter(BoosterAdapter):
         """
         base = self._described_base
         if init_score is None:
-            return np.full(_n_rows(X), self.base_margin - base)
+            return np.full(n_rows(X), self.base_margin - base)
         return super().init_offset(X, np.float32(np.asarray(init_score, dtype=np.float64))) - base
 
     @property
@@ -261,8 +261,8 @@ class XGBoostAdapter(BoosterAdapter):
         """
         labels = np.asarray(y, dtype=np.float32).astype(np.float64).ravel()
         n = labels.size
-        if _n_rows(X) != n:
-            raise InputError(f"X has {_n_rows(X)} rows but y has {n}.")
+        if n_rows(X) != n:
+            raise InputError(f"X has {n_rows(X)} rows but y has {n}.")
         user_w = (
             np.ones(n) if sample_weight is None else np.asarray(sample_weight, np.float32).astype(np.float64)
         )
@@ -298,6 +298,6 @@ def _has_constraint(value: Any) -> bool:
     return any(int(c) != 0 for c in re.findall(r"(?<![\w.])-?\d+", text))
 
 
-def _n_rows(X: Any) -> int:
+def n_rows(X: Any) -> int:
     shape = getattr(X, "shape", None)
     return int(shape[0]) if shape is not None else len(X)

@@ -12,10 +12,12 @@ from tqdm.auto import tqdm
 
 from .engine import InfluenceEngine, TestPoints
 from .errors import InputError, NotFittedError
+from .tabular import n_rows
 
 _METHODS = ("leaf_influence", "leaf_refit")
 _UPDATE_SETS = ("all_points", "single_point", "top_k_leaves")
 _BASE_SCORES = ("refit", "fixed")
+_PARAMS = ("model", "method", "update_set", "k", "base_score", "progress", "params", "max_memory")
 
 
 class BoostingInfluence:
@@ -97,6 +99,31 @@ class BoostingInfluence:
 
     # ------------------------------------------------------------------------------------------
 
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The constructor settings, as in scikit-learn (``deep`` is accepted and ignored)."""
+        return {name: getattr(self, name) for name in _PARAMS}
+
+    def set_params(self, **params: Any) -> BoostingInfluence:
+        """Change constructor settings, as in scikit-learn; returns self.
+
+        ``method``, ``update_set``, ``k``, ``base_score``, ``progress`` and ``max_memory`` act at
+        scoring time, so a fitted explainer keeps its fit; changing ``model`` or ``params`` needs a
+        new :meth:`fit`.
+        """
+        unknown = set(params) - set(_PARAMS)
+        if unknown:
+            raise InputError(f"Unknown parameters {sorted(unknown)}; valid ones are {list(_PARAMS)}.")
+        before = self.get_params()
+        for name, value in params.items():
+            setattr(self, name, value)
+        try:
+            self._check_settings()
+        except InputError:
+            for name, value in before.items():  # a refused change leaves the explainer as it was
+                setattr(self, name, value)
+            raise
+        return self
+
     def fit(
         self,
         X: Any,
@@ -134,7 +161,7 @@ class BoostingInfluence:
         self._check_settings()
         from influence_gbdt.adapters import adapter_for
 
-        n = _n_rows(X)
+        n = n_rows(X)
         adapter = adapter_for(self.model, self.params)
         labels = adapter.encode_labels(y)
         if labels.shape != (n,):
@@ -189,6 +216,7 @@ class BoostingInfluence:
         ndarray of shape (n_scored, n_test), or (n_scored,) when aggregated, float64.
         """
         engine = self._fitted_engine()
+        self._check_settings()
         if on not in ("loss", "prediction"):
             raise InputError(f"on must be 'loss' or 'prediction', got {on!r}.")
         test = self._test_points(X, y, on, init_score)
@@ -265,7 +293,7 @@ class BoostingInfluence:
         names = getattr(self, "feature_names_in_", None)
         if names is not None and isinstance(X, pd.DataFrame) and list(X.columns) != list(names):
             raise InputError("X's column names differ from those seen in fit (same names, same order).")
-        m = _n_rows(X)
+        m = n_rows(X)
         labels = None
         if on == "loss":
             if y is None:
@@ -276,13 +304,6 @@ class BoostingInfluence:
         return TestPoints(self.adapter_.leaf_indices(X), self.adapter_.init_offset(X, init_score), labels)
 
 
-def _n_rows(X: Any) -> int:
-    shape = getattr(X, "shape", None)
-    if shape is None or len(shape) != 2:
-        raise InputError(f"X must be a 2-d array or DataFrame, got {type(X).__name__} of shape {shape}.")
-    return int(shape[0])
-
-
 def _n_columns(X: Any) -> int:
-    _n_rows(X)
+    n_rows(X)
     return int(X.shape[1])

@@ -159,3 +159,22 @@ def test_importing_the_package_imports_no_booster() -> None:
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('xgboost','lightgbm','catboost')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_get_and_set_params_follow_scikit_learn(fitted: tuple) -> None:
+    _, model, X, y, X_test, y_test = fitted
+    ex = BoostingInfluence(model, progress=False)
+    assert ex.get_params()["method"] == "leaf_influence" and ex.get_params()["model"] is model
+    ex.fit(X, y)
+    exact = ex.score_training_points(X_test, y_test, training_points=[0, 1, 2])
+    # Scoring-time settings change without refitting, and give what a fresh explainer gives.
+    assert ex.set_params(method="leaf_refit", update_set="top_k_leaves", k=2) is ex
+    fresh = BoostingInfluence(model, method="leaf_refit", update_set="top_k_leaves", k=2, progress=False)
+    np.testing.assert_array_equal(ex.score_training_points(X_test, y_test, training_points=[0, 1, 2]),
+                                  fresh.fit(X, y).score_training_points(X_test, y_test, training_points=[0, 1, 2]))
+    assert not np.array_equal(exact, fresh.score_training_points(X_test, y_test, training_points=[0, 1, 2]))
+    with pytest.raises(InputError, match="Unknown parameters"):
+        ex.set_params(learning_rate=0.1)
+    with pytest.raises(InputError, match="needs k"):
+        ex.set_params(k=None)
+    assert ex.k == 2  # a refused change leaves the settings as they were
