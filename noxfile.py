@@ -1,4 +1,4 @@
-"""Developer sessions: ``nox -s tests lint typecheck bench loo docs``."""
+"""Developer sessions: ``nox -s tests lint typecheck bench validation paper docs``."""
 
 from __future__ import annotations
 
@@ -37,10 +37,17 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session
-def loo(session: nox.Session) -> None:
-    """The long leave-one-out studies (tests marked slow)."""
-    session.install("-e", ".[all,test]", "scikit-learn")
-    session.run("pytest", "-q", "-m", "slow", "--runslow", *session.posargs)
+def validation(session: nox.Session) -> None:
+    """Studies against true retraining with each booster; writes docs/validation.md (~10 min)."""
+    session.install("-e", ".[all]")
+    session.run("python", "benchmarks/validation.py", *session.posargs)
+
+
+@nox.session
+def paper(session: nox.Session) -> None:
+    """The paper's Table 2, Figures 1-2 and Table 3 on Adult; writes docs/paper.md (~30 min on 2 cores)."""
+    session.install("-e", ".[catboost,plot]")
+    session.run("python", "benchmarks/paper.py", *session.posargs)
 
 
 @nox.session

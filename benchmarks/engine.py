@@ -18,18 +18,36 @@ from influence_gbdt.engine import InfluenceEngine, TestPoints
 from influence_gbdt.ensemble import TreeEnsemble
 
 
-def synthetic(n: int, n_trees: int, n_leaves: int, m: int, seed: int = 0) -> tuple[InfluenceEngine, TestPoints]:
+def synthetic(
+    n: int, n_trees: int, n_leaves: int, m: int, seed: int = 0
+) -> tuple[InfluenceEngine, TestPoints]:
     """A random-structure ensemble whose stored leaves are its own replay (residual 0)."""
     rng = np.random.default_rng(seed)
     leaf = rng.integers(0, n_leaves, (n_trees, n))
     y = (rng.random(n) < 0.24).astype(float)
-    draft = TreeEnsemble.build(leaf_index=leaf, leaf_values=np.zeros(n_trees * n_leaves),
-                               n_leaves=np.full(n_trees, n_leaves), y=y, loss="logloss",
-                               learning_rate=0.2, l2=3.0, base_margin=-1.15, base_margin_refit=True)
+    draft = TreeEnsemble.build(
+        leaf_index=leaf,
+        leaf_values=np.zeros(n_trees * n_leaves),
+        n_leaves=np.full(n_trees, n_leaves),
+        y=y,
+        loss="logloss",
+        learning_rate=0.2,
+        l2=3.0,
+        base_margin=-1.15,
+        base_margin_refit=True,
+    )
     values = InfluenceEngine(draft).leaf_values
-    ens = TreeEnsemble.build(leaf_index=leaf, leaf_values=values, n_leaves=draft.n_leaves, y=y,
-                             loss="logloss", learning_rate=0.2, l2=3.0, base_margin=-1.15,
-                             base_margin_refit=True)
+    ens = TreeEnsemble.build(
+        leaf_index=leaf,
+        leaf_values=values,
+        n_leaves=draft.n_leaves,
+        y=y,
+        loss="logloss",
+        learning_rate=0.2,
+        l2=3.0,
+        base_margin=-1.15,
+        base_margin_refit=True,
+    )
     test = TestPoints(rng.integers(0, n_leaves, (n_trees, m)), None, (rng.random(m) < 0.24).astype(float))
     return InfluenceEngine(ens), test
 
@@ -69,26 +87,71 @@ def main() -> None:
     rows16 = rows[:16]
     results = [
         ("replay + caches (once per model)", "s", setup, ""),
-        ("exact influence, all rows, 1 test point", "s", timed(lambda: engine.influence_reverse(sub(1))), "<= 0.03"),
-        ("exact influence, all rows, 100 test points", "s", timed(lambda: engine.influence_reverse(sub(100)), 1), "<= 1"),
-        ("exact influence, all rows, 1,000 test points", "s", timed(lambda: engine.influence_reverse(sub(1000)), 1), ""),
-        ("exact influence, all rows, mean loss of 1,000 points", "s",
-         timed(lambda: engine.influence_reverse(sub(1000), aggregate="mean")), "<= 0.05"),
-        ("forward mode all_points (paper Alg. 4)", "s / row",
-         timed(lambda: engine.influence_forward(sub(100), rows=rows16), 1) / rows16.size, ""),
-        ("forward mode top_k_leaves k=8", "s / row",
-         timed(lambda: engine.influence_forward(sub(100), rows=rows16, update_set="top_k_leaves", k=8), 1) / rows16.size, ""),
-        ("forward mode single_point", "s / row",
-         timed(lambda: engine.influence_forward(sub(100), rows=rows, update_set="single_point"), 1) / rows.size, ""),
-        ("leaf_refit all_points, batched", "s / row",
-         timed(lambda: engine.leaf_refit(sub(100), rows=rows), 1) / rows.size, "<= 0.02"),
-        ("leaf_refit top_k_leaves k=8", "s / row",
-         timed(lambda: engine.leaf_refit(sub(100), rows=rows16, update_set="top_k_leaves", k=8), 1) / rows16.size, ""),
-        ("leaf_refit single_point", "s / row",
-         timed(lambda: engine.leaf_refit(sub(100), rows=rows, update_set="single_point"), 1) / rows.size, ""),
+        (
+            "exact influence, all rows, 1 test point",
+            "s",
+            timed(lambda: engine.influence_reverse(sub(1))),
+            "<= 0.03",
+        ),
+        (
+            "exact influence, all rows, 100 test points",
+            "s",
+            timed(lambda: engine.influence_reverse(sub(100)), 1),
+            "<= 1",
+        ),
+        (
+            "exact influence, all rows, 1,000 test points",
+            "s",
+            timed(lambda: engine.influence_reverse(sub(1000)), 1),
+            "",
+        ),
+        (
+            "exact influence, all rows, mean loss of 1,000 points",
+            "s",
+            timed(lambda: engine.influence_reverse(sub(1000), aggregate="mean")),
+            "<= 0.05",
+        ),
+        (
+            "forward mode all_points (paper Alg. 4)",
+            "s / row",
+            timed(lambda: engine.influence_forward(sub(100), rows=rows16), 1) / rows16.size,
+            "",
+        ),
+        (
+            "forward mode top_k_leaves k=8",
+            "s / row",
+            timed(lambda: engine.influence_forward(sub(100), rows=rows16, update_set="top_k_leaves", k=8), 1)
+            / rows16.size,
+            "",
+        ),
+        (
+            "forward mode single_point",
+            "s / row",
+            timed(lambda: engine.influence_forward(sub(100), rows=rows, update_set="single_point"), 1)
+            / rows.size,
+            "",
+        ),
+        (
+            "leaf_refit all_points, batched",
+            "s / row",
+            timed(lambda: engine.leaf_refit(sub(100), rows=rows), 1) / rows.size,
+            "<= 0.02",
+        ),
+        (
+            "leaf_refit top_k_leaves k=8",
+            "s / row",
+            timed(lambda: engine.leaf_refit(sub(100), rows=rows16, update_set="top_k_leaves", k=8), 1)
+            / rows16.size,
+            "",
+        ),
+        (
+            "leaf_refit single_point",
+            "s / row",
+            timed(lambda: engine.leaf_refit(sub(100), rows=rows, update_set="single_point"), 1) / rows.size,
+            "",
+        ),
     ]
-    print(f"n = {args.n}, {args.trees} trees x {args.leaves} leaves, logloss Newton, "
-          f"{os.cpu_count()} CPUs\n")
+    print(f"n = {args.n}, {args.trees} trees x {args.leaves} leaves, logloss Newton, {os.cpu_count()} CPUs\n")
     print("| operation | seconds | unit | target |")
     print("|---|---:|---|---|")
     for name, unit, sec, target in results:

@@ -275,7 +275,7 @@ def _select_leaves(
 
 
 @_jit
-def _forward_one(
+def _forward_one(  # noqa: C901 -- one numba loop nest over trees and steps; helpers would cost calls
     tb: Tables, i0: int, mode: int, k: int, d_base: float
 ) -> NDArray[np.float64]:
     """d leaf value / d w_i0 for every leaf (n_total,), per unit of effective weight.
@@ -348,7 +348,7 @@ def forward_many(
 
 
 @_jit
-def _refit_one(
+def _refit_one(  # noqa: C901 -- one numba loop nest over trees and steps; helpers would cost calls
     tb: Tables, i0: int, mode: int, k: int, base_shift: float
 ) -> NDArray[np.float64]:
     """New leaf values (n_total,) with row ``i0`` removed (weight 0), structure fixed.

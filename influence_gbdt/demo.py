@@ -51,7 +51,7 @@ def run_demo(
     X_test, y_test = load_adult("test")
     rng = np.random.default_rng(seed)
     flipped = np.zeros(y.size, dtype=bool)
-    flipped[rng.choice(y.size, int(round(noise * y.size)), replace=False)] = True
+    flipped[rng.choice(y.size, round(noise * y.size), replace=False)] = True
     y_noisy = np.where(flipped, 1 - y, y)
     echo(f"UCI Adult: {y.size} training rows ({flipped.sum()} labels flipped), {y_test.size} test rows.")
 

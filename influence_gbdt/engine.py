@@ -251,11 +251,14 @@ class InfluenceEngine:
     ) -> NDArray[np.float64]:
         """LeafInfluence scores ``dL(y_j, F(x_j)) / dw_i`` (``on="prediction"``: ``dF(x_j)/dw_i``).
 
-        With ``update_set="all_points"`` this is exact reverse mode (see :meth:`influence_reverse`);
-        otherwise forward mode with the update set. Parameters and return as :meth:`leaf_refit`.
+        With ``update_set="all_points"`` the result is exact, by reverse mode (one sweep per test
+        point, or one in all when aggregated; see :meth:`influence_reverse`) or, when fewer training
+        rows than test points are asked for, by exact forward mode (one sweep per row); see
+        :meth:`uses_reverse`. Other update sets use forward mode. Parameters and return as
+        :meth:`leaf_refit`.
         """
-        mode, kk = self._mode(update_set, k)
-        if mode == K.ALL:
+        n_test = np.asarray(test.leaf_index).shape[1]
+        if self.uses_reverse(update_set, self.resolve_rows(rows).size, n_test, aggregate):
             return self.influence_reverse(
                 test, rows=rows, refit_base=refit_base, on=on, aggregate=aggregate,
                 chunk_size=chunk_size, progress=progress,
@@ -264,6 +267,14 @@ class InfluenceEngine:
             test, rows=rows, update_set=update_set, k=k, refit_base=refit_base, on=on,
             aggregate=aggregate, chunk_size=chunk_size, progress=progress,
         )
+
+    def uses_reverse(self, update_set: UpdateSet, n_rows: int, n_test: int, aggregate: Aggregate) -> bool:
+        """Whether :meth:`leaf_influence` runs reverse mode: exact LeafInfluence (``all_points``) costs
+        O(T n) per test point (one per aggregate) in reverse mode and O(T n) per training row in
+        forward mode, so the mode with fewer sweeps is taken."""
+        if _MODES.get(update_set) != K.ALL:
+            return False
+        return (1 if aggregate is not None else n_test) <= n_rows
 
     def influence_forward(
         self,
@@ -324,7 +335,7 @@ class InfluenceEngine:
             if aggregate == "mean":
                 coef = coef / coef.size
             c_leaf = np.bincount(leaves.ravel(), weights=np.tile(coef, leaves.shape[0]),
-                                 minlength=e.n_total_leaves)
+                                 minlength=e.n_total_leaves).astype(np.float64, copy=False)
             w_bar, a0_bar = K.reverse_one(self._tables, c_leaf)
             total = (w_bar + (a0_bar + coef.sum()) * d_base) * e.weight_scale
             if progress is not None:
@@ -333,8 +344,8 @@ class InfluenceEngine:
         out = np.empty((idx.size, leaves.shape[1]))
         for start in range(0, leaves.shape[1], chunk_size):
             sl = slice(start, start + chunk_size)
-            w_bar, a0_bar = K.reverse_many(self._tables, np.ascontiguousarray(leaves[:, sl]), coef[sl])
-            block = w_bar + (a0_bar + coef[sl])[:, None] * d_base[None, :]
+            w_bars, a0_bars = K.reverse_many(self._tables, np.ascontiguousarray(leaves[:, sl]), coef[sl])
+            block = w_bars + (a0_bars + coef[sl])[:, None] * d_base[None, :]
             out[:, sl] = (block * e.weight_scale[None, :]).T[idx]
             if progress is not None:
                 progress(block.shape[0])
@@ -483,7 +494,8 @@ def _build_tables(e: TreeEnsemble, loss: int) -> K.Tables:
         mds=e.max_delta_step, l2=e.l2, l2pw=e.l2_per_weight_sum, n_steps=e.n_steps,
         scales=e.step_scales, step_ptr=step_ptr, sl_off=sl_off, rows_by_leaf=rows_by_leaf,
         leaf_first=leaf_first, leaf_count=leaf_count, y=e.y, w=e.sample_weight, loss=loss,
-        floor=e.hessian_floor, f32=e.float32_gradients, values=np.empty(e.n_total_leaves), margin_before=np.empty((T, n)),
+        floor=e.hessian_floor, f32=e.float32_gradients, values=np.empty(e.n_total_leaves),
+        margin_before=np.empty((T, n)),
         Z=np.empty((int(step_ptr[-1]), n)), u_before=np.empty(n_sl), G=np.empty(n_sl),
         H=np.empty(n_sl), SWH=np.empty(n_sl), SWK=np.empty(n_sl), RG=np.empty(n_sl),
         RD=np.empty(n_sl),

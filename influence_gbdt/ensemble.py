@@ -36,7 +36,7 @@ booster may multiply it by a per-row factor (class weights, ``scale_pos_weight``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -48,7 +48,7 @@ LOSSES: tuple[str, ...] = ("logloss", "squared_error")
 
 
 def _per_tree(name: str, value: ArrayLike, n_trees: int, dtype: type) -> NDArray:
-    arr = np.asarray(value, dtype=dtype)
+    arr: NDArray[Any] = np.asarray(value, dtype=dtype)
     if arr.ndim == 0:
         arr = np.full(n_trees, arr, dtype=dtype)
     if arr.shape != (n_trees,):
@@ -175,7 +175,7 @@ class TreeEnsemble:
         return self.leaf_values[self.leaf_offset[t] : self.leaf_offset[t + 1]]
 
     @classmethod
-    def build(
+    def build(  # noqa: C901 -- a flat list of per-field checks and broadcasts
         cls,
         *,
         leaf_index: ArrayLike,
@@ -265,7 +265,8 @@ class TreeEnsemble:
             raise InputError("leaf_index holds a leaf number outside 0 .. n_leaves[t] - 1.")
 
         if isinstance(l2, list):
-            l2_arr = np.concatenate([np.broadcast_to(np.asarray(v, np.float64), (c,)) for v, c in zip(l2, counts)])
+            l2_arr = np.concatenate([np.broadcast_to(np.asarray(v, np.float64), (c,))
+                                     for v, c in zip(l2, counts, strict=True)])
         else:
             l2_arr = np.asarray(l2, dtype=np.float64)
             if l2_arr.ndim == 0:

@@ -41,7 +41,8 @@ class BoostingInfluence:
     update_set : {"all_points", "single_point", "top_k_leaves"}
         Which training rows' prediction changes are propagated to later trees (the paper's Fast
         variants). ``all_points`` is exact; with ``leaf_influence`` it runs in reverse mode, at the
-        cost of one pass over the trees per test point for *all* training rows at once.
+        cost of one pass over the trees per test point for *all* training rows at once (or in exact
+        forward mode, one pass per row, when fewer ``training_points`` than test points are scored).
     k : int, optional
         Leaves updated per tree with ``update_set="top_k_leaves"`` (required then).
     base_score : {"refit", "fixed"}
@@ -227,7 +228,8 @@ class BoostingInfluence:
                 f"The score matrix would hold {rows.size} x {m} values ({rows.size * m * 8 / 1e9:.1f} GB). "
                 "Pass aggregate='mean', score fewer training_points, or raise max_memory."
             )
-        use_reverse = self.method == "leaf_influence" and self.update_set == "all_points"
+        use_reverse = self.method == "leaf_influence" and engine.uses_reverse(
+            self.update_set, rows.size, m, aggregate)
         total = (m if aggregate is None else 1) if use_reverse else rows.size
         with tqdm(total=total, disable=not self.progress, desc=f"{self.method} ({self.update_set})",
                   unit="test pt" if use_reverse else "row", leave=False) as bar:
@@ -297,7 +299,9 @@ class BoostingInfluence:
         labels = None
         if on == "loss":
             if y is None:
-                raise InputError("Scoring the test loss needs y; pass on='prediction' to score without labels.")
+                raise InputError(
+                    "Scoring the test loss needs y; pass on='prediction' to score without labels."
+                )
             labels = self.adapter_.encode_labels(y)
             if labels.shape != (m,):
                 raise InputError(f"X has {m} rows but y has {labels.size} labels.")

@@ -10,7 +10,9 @@ import pandas as pd
 LIBRARIES = ("xgboost", "lightgbm", "catboost")
 
 
-def binary_data(n: int = 400, n_test: int = 25, seed: int = 0) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame, np.ndarray]:
+def binary_data(
+    n: int = 400, n_test: int = 25, seed: int = 0
+) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame, np.ndarray]:
     """Numeric features, a 0/1 label with some noise."""
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n + n_test, 4))
@@ -28,12 +30,14 @@ def classifier(library: str, X: Any, y: np.ndarray, n_trees: int = 15) -> Any:
     if library == "lightgbm":
         import lightgbm
 
-        return lightgbm.LGBMClassifier(n_estimators=n_trees, num_leaves=8, learning_rate=0.3,
-                                       verbose=-1).fit(X, y)
+        return lightgbm.LGBMClassifier(n_estimators=n_trees, num_leaves=8, learning_rate=0.3, verbose=-1).fit(
+            X, y
+        )
     import catboost
 
-    return catboost.CatBoostClassifier(iterations=n_trees, depth=3, learning_rate=0.3, verbose=0,
-                                       random_seed=0, allow_writing_files=False).fit(X, y)
+    return catboost.CatBoostClassifier(
+        iterations=n_trees, depth=3, learning_rate=0.3, verbose=0, random_seed=0, allow_writing_files=False
+    ).fit(X, y)
 
 
 def regressor(library: str, X: Any, y: np.ndarray, n_trees: int = 15) -> Any:
@@ -48,8 +52,9 @@ def regressor(library: str, X: Any, y: np.ndarray, n_trees: int = 15) -> Any:
         return lightgbm.LGBMRegressor(n_estimators=n_trees, num_leaves=8, verbose=-1).fit(X, y)
     import catboost
 
-    return catboost.CatBoostRegressor(iterations=n_trees, depth=3, verbose=0, random_seed=0,
-                                      allow_writing_files=False).fit(X, y)
+    return catboost.CatBoostRegressor(
+        iterations=n_trees, depth=3, verbose=0, random_seed=0, allow_writing_files=False
+    ).fit(X, y)
 
 
 def save_model(library: str, model: Any, directory: Any) -> tuple[str, dict[str, Any] | None]:

@@ -93,11 +93,22 @@ class Spec:
 
     def ensemble(self) -> TreeEnsemble:
         return TreeEnsemble.build(
-            leaf_index=self.leaf, leaf_values=self.leaf_values(self.w, self.base), y=self.y,
-            loss=self.loss, learning_rate=self.lr, newton=self.newton, l2=self.l2,
-            l2_per_weight_sum=self.l2pw, l1=self.l1, max_delta_step=self.mds,
-            step_scales=self.scales, hessian_floor=self.floor, base_margin=self.base,
-            base_margin_refit=self.base_refit, init_offset=self.offset, sample_weight=self.w,
+            leaf_index=self.leaf,
+            leaf_values=self.leaf_values(self.w, self.base),
+            y=self.y,
+            loss=self.loss,
+            learning_rate=self.lr,
+            newton=self.newton,
+            l2=self.l2,
+            l2_per_weight_sum=self.l2pw,
+            l1=self.l1,
+            max_delta_step=self.mds,
+            step_scales=self.scales,
+            hessian_floor=self.floor,
+            base_margin=self.base,
+            base_margin_refit=self.base_refit,
+            init_offset=self.offset,
+            sample_weight=self.w,
         )
 
 
@@ -131,9 +142,23 @@ def random_spec(
         scales[:, 1::2] = 0.5  # backtracking-like accepted half steps
     base = constant(loss, y, w) if base_refit else 0.3
     return Spec(
-        leaf=leaf, n_leaves=n_leaves, test_leaf=test_leaf, y=y, y_test=y_test, w=w,
-        offset=rng.normal(size=n) * 0.2, offset_test=rng.normal(size=m) * 0.2, loss=loss,
-        newton=np.full(n_trees, newton), lr=rng.uniform(0.2, 0.6, n_trees), l1=l1,
-        l2=[rng.uniform(0.5, 1.5, L) * l2 for L in n_leaves], l2pw=l2pw, mds=mds, scales=scales,
-        floor=0.0, base=base, base_refit=base_refit,
+        leaf=leaf,
+        n_leaves=n_leaves,
+        test_leaf=test_leaf,
+        y=y,
+        y_test=y_test,
+        w=w,
+        offset=rng.normal(size=n) * 0.2,
+        offset_test=rng.normal(size=m) * 0.2,
+        loss=loss,
+        newton=np.full(n_trees, newton),
+        lr=rng.uniform(0.2, 0.6, n_trees),
+        l1=l1,
+        l2=[rng.uniform(0.5, 1.5, L) * l2 for L in n_leaves],
+        l2pw=l2pw,
+        mds=mds,
+        scales=scales,
+        floor=0.0,
+        base=base,
+        base_refit=base_refit,
     )

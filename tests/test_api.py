@@ -37,21 +37,28 @@ def test_scores_have_documented_shapes_and_agree_across_input_types(fitted: tupl
     # The same model trained and scored on ndarrays: identical scores (a DataFrame adds only names).
     library = fitted[0]
     model_np = classifier(library, X.to_numpy(), y)
-    S_np = BoostingInfluence(model_np, progress=False).fit(X.to_numpy(), y).score_training_points(
-        X_test.to_numpy(), y_test)
+    S_np = (
+        BoostingInfluence(model_np, progress=False)
+        .fit(X.to_numpy(), y)
+        .score_training_points(X_test.to_numpy(), y_test)
+    )
     np.testing.assert_allclose(S_np, S, rtol=1e-12, atol=1e-15)
     mean = ex.score_training_points(X_test, y_test, aggregate="mean")
     np.testing.assert_allclose(mean, S.mean(axis=1), rtol=1e-9, atol=1e-15)
     rows = np.array([5, 0, 17])
-    np.testing.assert_allclose(ex.score_training_points(X_test, y_test, training_points=rows), S[rows],
-                               rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(
+        ex.score_training_points(X_test, y_test, training_points=rows), S[rows], rtol=1e-12, atol=1e-15
+    )
 
 
 def test_every_method_and_update_set_runs_and_ranks_alike(fitted: tuple) -> None:
     _, model, X, y, X_test, y_test = fitted
     rows = np.arange(0, len(X), 10)
-    exact = BoostingInfluence(model, progress=False).fit(X, y).score_training_points(
-        X_test, y_test, aggregate="mean", training_points=rows)
+    exact = (
+        BoostingInfluence(model, progress=False)
+        .fit(X, y)
+        .score_training_points(X_test, y_test, aggregate="mean", training_points=rows)
+    )
     for method in ("leaf_influence", "leaf_refit"):
         for update_set, k in (("all_points", None), ("single_point", None), ("top_k_leaves", 2)):
             ex = BoostingInfluence(model, method=method, update_set=update_set, k=k, progress=False)
@@ -62,7 +69,7 @@ def test_every_method_and_update_set_runs_and_ranks_alike(fitted: tuple) -> None
 
 
 def test_prediction_scores_need_no_labels_and_fixed_base_differs(fitted: tuple) -> None:
-    library, model, X, y, X_test, _ = fitted
+    _library, model, X, y, X_test, _ = fitted
     ex = BoostingInfluence(model, progress=False).fit(X, y)
     P = ex.score_training_points(X_test, on="prediction")
     assert P.shape == (len(X), len(X_test))
@@ -83,7 +90,9 @@ def test_top_training_points_returns_a_sorted_table(fitted: tuple) -> None:
     assert list(harmful.columns[:3]) == ["row", "score", "label"] and len(harmful) == 5
     assert harmful["score"].is_monotonic_decreasing and helpful["score"].is_monotonic_increasing
     assert harmful["score"].iloc[0] > 0 > helpful["score"].iloc[0]
-    np.testing.assert_array_equal(harmful[["a", "b"]].to_numpy(), X.iloc[harmful["row"]][["a", "b"]].to_numpy())
+    np.testing.assert_array_equal(
+        harmful[["a", "b"]].to_numpy(), X.iloc[harmful["row"]][["a", "b"]].to_numpy()
+    )
     np.testing.assert_array_equal(harmful["label"], y[harmful["row"]])
 
 
@@ -106,9 +115,9 @@ def test_errors_say_what_is_wrong(fitted: tuple) -> None:
         ex.fit(X, y[:-1])
     y_nan = y.astype(float)
     y_nan[3] = np.nan
-    with pytest.raises(InputError, match="NaN|not among"):
+    with pytest.raises(InputError, match=r"NaN|not among"):
         ex.fit(X, y_nan)
-    with pytest.raises(InputError, match="not among|lie in"):
+    with pytest.raises(InputError, match=r"not among|lie in"):
         ex.fit(X, np.where(y == 1, 2, 0))
     # Rows misaligned with their labels (X shuffled, y not): not the training data. (Shuffling X and
     # y together is the same data set in another order and is scored fine, row by row.)
@@ -125,9 +134,14 @@ def test_errors_say_what_is_wrong(fitted: tuple) -> None:
     with pytest.raises(InputError, match="rows but y has"):
         ex.score_training_points(X_test, y_test[:-1])
     with pytest.raises(InputError, match="would hold"):
-        BoostingInfluence(model, progress=False, max_memory=100).fit(X, y).score_training_points(X_test, y_test)
-    for kwargs, match in (({"method": "magic"}, "method"), ({"update_set": "top_k_leaves"}, "needs k"),
-                          ({"base_score": "zero"}, "base_score")):
+        BoostingInfluence(model, progress=False, max_memory=100).fit(X, y).score_training_points(
+            X_test, y_test
+        )
+    for kwargs, match in (
+        ({"method": "magic"}, "method"),
+        ({"update_set": "top_k_leaves"}, "needs k"),
+        ({"base_score": "zero"}, "base_score"),
+    ):
         with pytest.raises(InputError, match=match):
             BoostingInfluence(model, **kwargs).fit(X, y)
     assert issubclass(UnsupportedModelError, InfluenceError) and issubclass(ReproductionError, ValueError)
@@ -155,8 +169,10 @@ def test_progress_bar_shows_and_can_be_silenced(fitted: tuple, capsys: pytest.Ca
 
 
 def test_importing_the_package_imports_no_booster() -> None:
-    code = ("import sys, influence_gbdt, influence_gbdt.adapters, influence_gbdt.cli; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('xgboost','lightgbm','catboost')))")
+    code = (
+        "import sys, influence_gbdt, influence_gbdt.adapters, influence_gbdt.cli; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('xgboost','lightgbm','catboost')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -170,11 +186,26 @@ def test_get_and_set_params_follow_scikit_learn(fitted: tuple) -> None:
     # Scoring-time settings change without refitting, and give what a fresh explainer gives.
     assert ex.set_params(method="leaf_refit", update_set="top_k_leaves", k=2) is ex
     fresh = BoostingInfluence(model, method="leaf_refit", update_set="top_k_leaves", k=2, progress=False)
-    np.testing.assert_array_equal(ex.score_training_points(X_test, y_test, training_points=[0, 1, 2]),
-                                  fresh.fit(X, y).score_training_points(X_test, y_test, training_points=[0, 1, 2]))
+    np.testing.assert_array_equal(
+        ex.score_training_points(X_test, y_test, training_points=[0, 1, 2]),
+        fresh.fit(X, y).score_training_points(X_test, y_test, training_points=[0, 1, 2]),
+    )
     assert not np.array_equal(exact, fresh.score_training_points(X_test, y_test, training_points=[0, 1, 2]))
     with pytest.raises(InputError, match="Unknown parameters"):
         ex.set_params(learning_rate=0.1)
     with pytest.raises(InputError, match="needs k"):
         ex.set_params(k=None)
     assert ex.k == 2  # a refused change leaves the settings as they were
+
+
+def test_exact_influence_is_the_same_in_forward_and_reverse_mode(fitted: tuple) -> None:
+    # Fewer training rows than test points run exact forward mode, all rows run reverse mode: two
+    # independent algorithms (the paper's Algorithm 4 and its adjoint) that must agree to rounding.
+    _, model, X, y, X_test, y_test = fitted
+    ex = BoostingInfluence(model, progress=False).fit(X, y)
+    rows = [3, 7, 11]
+    assert ex.engine_.uses_reverse("all_points", len(y), len(y_test), None)
+    assert not ex.engine_.uses_reverse("all_points", len(rows), len(y_test), None)
+    reverse = ex.score_training_points(X_test, y_test)[rows]
+    forward = ex.score_training_points(X_test, y_test, training_points=rows)
+    np.testing.assert_allclose(forward, reverse, rtol=1e-9, atol=1e-12 * np.abs(reverse).max())

@@ -40,16 +40,34 @@ def test_check_reports_a_supported_model(files: tuple, capsys: pytest.CaptureFix
 def test_score_writes_the_table_and_prints_top_rows(files: tuple, capsys: pytest.CaptureFixture) -> None:
     _, path, params, train, test, directory = files
     output = directory / "scores.csv"
-    assert main(["score", *_model_args(path, params, train), "--test", str(test), "-o", str(output),
-                 "--top", "3"]) == 0
+    assert (
+        main(
+            ["score", *_model_args(path, params, train), "--test", str(test), "-o", str(output), "--top", "3"]
+        )
+        == 0
+    )
     table = pd.read_csv(output)
     assert list(table.columns) == ["row", "score", "label"] and len(table) == 300
     out = capsys.readouterr().out
     assert "Most harmful training rows" in out and "Most helpful training rows" in out
     # Per test point, as Parquet, with LeafRefit.
     wide = directory / "wide.parquet"
-    assert main(["score", *_model_args(path, params, train), "--test", str(test), "-o", str(wide),
-                 "--per-test-point", "--method", "leaf_refit"]) == 0
+    assert (
+        main(
+            [
+                "score",
+                *_model_args(path, params, train),
+                "--test",
+                str(test),
+                "-o",
+                str(wide),
+                "--per-test-point",
+                "--method",
+                "leaf_refit",
+            ]
+        )
+        == 0
+    )
     assert pd.read_parquet(wide).shape == (300, 1 + 25)
 
 
@@ -77,8 +95,12 @@ def test_xgboost_file_without_params_is_refused_with_advice(tmp_path: object) ->
     train = tmp_path / "train.csv"  # type: ignore[operator]
     X.assign(label=y).to_csv(train, index=False)
     assert main(["check", path, "--train", str(train), "--label", "label", "--quiet"]) == 2
-    assert main(["check", path, "--train", str(train), "--label", "label", "--quiet",
-                 "--params", '{"eta": 0.1}']) == 0
+    assert (
+        main(
+            ["check", path, "--train", str(train), "--label", "label", "--quiet", "--params", '{"eta": 0.1}']
+        )
+        == 0
+    )
 
 
 def test_demo_runs_and_reports_auc(capsys: pytest.CaptureFixture) -> None:

@@ -54,9 +54,9 @@ def _finite_difference(spec: Spec, rows: np.ndarray, h: float = 1e-3) -> np.ndar
     def loss(i: int, d: float) -> np.ndarray:
         return spec.test_loss(_without(spec, i, d))
 
-    return np.array([
-        (loss(i, -2 * h) - 8 * loss(i, -h) + 8 * loss(i, h) - loss(i, 2 * h)) / (12 * h) for i in rows
-    ])
+    return np.array(
+        [(loss(i, -2 * h) - 8 * loss(i, -h) + 8 * loss(i, h) - loss(i, 2 * h)) / (12 * h) for i in rows]
+    )
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -153,7 +153,7 @@ def test_single_point_equals_closed_form_with_zero_jacobian(name: str) -> None:
 
 
 def test_update_sets_approach_all_points_as_k_grows() -> None:
-    spec, engine, test = _setup("logloss-newton")
+    _spec, engine, test = _setup("logloss-newton")
     exact = engine.influence_reverse(test, rows=ROWS)
     errors = [
         _rel(engine.influence_forward(test, rows=ROWS, update_set="top_k_leaves", k=k), exact)
@@ -171,11 +171,13 @@ def test_refit_leaf_values_and_derivatives_match_reference() -> None:
         w = _without(spec, i)
         assert base[b] == pytest.approx(spec.base_for(w), rel=1e-13)
         np.testing.assert_allclose(values[b], np.concatenate(spec.leaf_values(w, base[b])), atol=1e-13)
-    d_values, d_base = engine.leaf_value_derivatives(ROWS[:2])
+    d_values, _d_base = engine.leaf_value_derivatives(ROWS[:2])
     h = 1e-3
     for b, i in enumerate(ROWS[:2]):
-        stencil = [np.concatenate(spec.leaf_values(_without(spec, i, d), spec.base_for(_without(spec, i, d))))
-                   for d in (-2 * h, -h, h, 2 * h)]
+        stencil = [
+            np.concatenate(spec.leaf_values(_without(spec, i, d), spec.base_for(_without(spec, i, d))))
+            for d in (-2 * h, -h, h, 2 * h)
+        ]
         fd = (stencil[0] - 8 * stencil[1] + 8 * stencil[2] - stencil[3]) / (12 * h)
         assert _rel(d_values[b], fd) < 1e-8
 
@@ -194,11 +196,24 @@ def test_weight_scale_reports_scores_per_unit_of_user_weight() -> None:
 
 def _fields(e: TreeEnsemble) -> dict:
     return dict(
-        leaf_index=e.leaf_index, leaf_values=e.leaf_values, n_leaves=e.n_leaves, y=e.y, loss=e.loss,
-        learning_rate=e.learning_rate, newton=e.newton, l2=e.l2, l2_per_weight_sum=e.l2_per_weight_sum,
-        l1=e.l1, max_delta_step=e.max_delta_step, step_scales=e.step_scales, n_steps=e.n_steps,
-        hessian_floor=e.hessian_floor, base_margin=e.base_margin, base_margin_refit=e.base_margin_refit,
-        init_offset=e.init_offset, sample_weight=e.sample_weight,
+        leaf_index=e.leaf_index,
+        leaf_values=e.leaf_values,
+        n_leaves=e.n_leaves,
+        y=e.y,
+        loss=e.loss,
+        learning_rate=e.learning_rate,
+        newton=e.newton,
+        l2=e.l2,
+        l2_per_weight_sum=e.l2_per_weight_sum,
+        l1=e.l1,
+        max_delta_step=e.max_delta_step,
+        step_scales=e.step_scales,
+        n_steps=e.n_steps,
+        hessian_floor=e.hessian_floor,
+        base_margin=e.base_margin,
+        base_margin_refit=e.base_margin_refit,
+        init_offset=e.init_offset,
+        sample_weight=e.sample_weight,
     )
 
 
@@ -215,8 +230,17 @@ def _fields(e: TreeEnsemble) -> dict:
 def test_reverse_equals_forward_property(
     seed: int, loss: str, newton: bool, n_steps: int, l2pw: float, weighted: bool, base_refit: bool
 ) -> None:
-    spec = random_spec(seed, loss=loss, newton=newton, n_steps=n_steps, l2pw=l2pw, weighted=weighted,
-                       base_refit=base_refit, n=30, n_trees=4)
+    spec = random_spec(
+        seed,
+        loss=loss,
+        newton=newton,
+        n_steps=n_steps,
+        l2pw=l2pw,
+        weighted=weighted,
+        base_refit=base_refit,
+        n=30,
+        n_trees=4,
+    )
     engine = InfluenceEngine(spec.ensemble())
     test = TestPoints(spec.test_leaf, spec.offset_test, spec.y_test)
     forward = engine.influence_forward(test)
@@ -231,7 +255,7 @@ def test_self_check_detects_a_wrong_leaf_value() -> None:
     values[5] += 1e-3
     engine = InfluenceEngine(TreeEnsemble.build(**{**_fields(e), "leaf_values": values}))
     assert engine.relative_residual > 1e-5
-    with pytest.raises(ReproductionError, match="not reproduced.*check the weights"):
+    with pytest.raises(ReproductionError, match=r"not reproduced.*check the weights"):
         engine.check_reproduction(rtol=1e-9, hint="check the weights")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -25,9 +26,11 @@ def markdown_table(df: pd.DataFrame, floatfmt: str = ".3g") -> str:
     return "\n".join([head, sep, *body])
 
 
-def render_study(study: LOOStudy, title: str, plot_stem: str | None = None, level: int = 1) -> str:
+def render_study(study: LOOStudy, title: str, plot_stem: str | None = None, level: int = 1,
+                 plot_methods: Sequence[str] | None = None) -> str:
     """Markdown section of a study; with ``plot_stem``, scatter plots are saved as
-    ``<plot_stem>_<method>.png`` and linked by their file names (keep them next to the text)."""
+    ``<plot_stem>_<method>.png`` and linked by their file names (keep them next to the text).
+    ``plot_methods`` limits the plots to these method labels (default all)."""
     kept = study.kept
     loo = study.kind == "leave-one-out"
     what = ("Removed rows" if loo else f"Rows with weight moved by +-{study.eps:g}")
@@ -45,7 +48,7 @@ def render_study(study: LOOStudy, title: str, plot_stem: str | None = None, leve
         markdown_table(study.summary), "",
     ]
     if plot_stem is not None:
-        lines += _scatter_plots(study, plot_stem)
+        lines += _scatter_plots(study, plot_stem, plot_methods)
     return "\n".join(lines)
 
 
@@ -70,14 +73,15 @@ def write_report(study: LOOStudy, path: str | os.PathLike[str], title: str | Non
     """
     path = os.fspath(path)
     if title is None:
-        title = "Leave-one-out validation" if study.kind == "leave-one-out" else "Finite-difference validation"
+        loo = study.kind == "leave-one-out"
+        title = "Leave-one-out validation" if loo else "Finite-difference validation"
     text = render_study(study, title, os.path.splitext(path)[0] if plots else None)
     with open(path, "w") as fh:
         fh.write(text)
     return text
 
 
-def _scatter_plots(study: LOOStudy, stem: str) -> list[str]:
+def _scatter_plots(study: LOOStudy, stem: str, labels: Sequence[str] | None) -> list[str]:
     try:
         import matplotlib
 
@@ -90,8 +94,11 @@ def _scatter_plots(study: LOOStudy, stem: str) -> list[str]:
               else "finite difference dL/dw")
     lines = []
     for label, s in study.scores.items():
+        if labels is not None and label not in labels:
+            continue
         fig, ax = plt.subplots(figsize=(4.5, 4.5))
-        for sel, name, color in ((kept, "structure kept", "tab:blue"), (~kept, "structure changed", "tab:orange")):
+        groups = ((kept, "structure kept", "tab:blue"), (~kept, "structure changed", "tab:orange"))
+        for sel, name, color in groups:
             if sel.any():
                 ax.scatter(study.actual[sel].ravel(), s[sel].ravel(), s=6, alpha=0.6, c=color, label=name)
         lim = [float(min(study.actual.min(), s.min())), float(max(study.actual.max(), s.max()))]

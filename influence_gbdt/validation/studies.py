@@ -200,8 +200,9 @@ def _study(
     w0 = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
 
     t0 = time.perf_counter()
-    reference = {"original_leaves": leaf_ids(model, X), "original_test_leaves": leaf_ids(model, X_test),
-                 "original_splits": split_signature(model)}
+    reference: dict[str, Any] = {"original_leaves": leaf_ids(model, X),
+                                 "original_test_leaves": leaf_ids(model, X_test),
+                                 "original_splits": split_signature(model)}
     actual = np.empty((rows.size, n_rows(X_test)))
     reports = []
     desc = "leave-one-out retraining" if eps is None else "finite-difference retraining"

@@ -214,12 +214,22 @@ def _splits(model):
     return [[(s.get("float_feature_index"), s.get("border")) for s in t["splits"]] for t in trees]
 
 
-@pytest.mark.parametrize(("loss", "from_average"), [("Logloss", False), ("Logloss", True), ("RMSE", False),
-                                                   ("RMSE", True)])
+@pytest.mark.parametrize(
+    ("loss", "from_average"), [("Logloss", False), ("Logloss", True), ("RMSE", False), ("RMSE", True)]
+)
 def test_leaf_refit_equals_true_retraining_when_structure_kept(data, loss, from_average, tmp_path):
     X, Xt = data[0], data[1]
-    params = dict(iterations=10, depth=3, learning_rate=0.3, verbose=0, random_seed=3, thread_count=2,
-                  random_strength=0, bootstrap_type="No", boost_from_average=from_average)
+    params = dict(
+        iterations=10,
+        depth=3,
+        learning_rate=0.3,
+        verbose=0,
+        random_seed=3,
+        thread_count=2,
+        random_strength=0,
+        bootstrap_type="No",
+        boost_from_average=from_average,
+    )
     Model = cb.CatBoostClassifier if loss == "Logloss" else cb.CatBoostRegressor
     y = data[2] if loss == "Logloss" else data[4]
     model = Model(**params).fit(X, y)
@@ -256,8 +266,10 @@ def test_leaf_refit_equals_true_retraining_when_structure_kept(data, loss, from_
         np.testing.assert_allclose(
             native.predict(Xt, prediction_type="RawFormulaVal"), raw - refit[k], rtol=0, atol=1e-12
         )
-    print(f"{loss} boost_from_average={from_average}: structure kept in {kept}/{len(rows)} retrains, "
-          f"max |refit - retrain| {worst:.1e}")
+    print(
+        f"{loss} boost_from_average={from_average}: structure kept in {kept}/{len(rows)} retrains, "
+        f"max |refit - retrain| {worst:.1e}"
+    )
     assert kept >= 3, f"structure kept in only {kept}/{len(rows)} retrains: the comparison is vacuous"
 
 
@@ -272,8 +284,16 @@ def test_dataframe_one_hot_categoricals_and_baseline(data):
     frame = pd.DataFrame(np.vstack([X, Xt]), columns=[f"f{j}" for j in range(5)]).assign(c=cats)
     y = np.where(yc + (cats[:N] == "a") > 0.5, "yes", "no")
     baseline = 0.4 * rng.normal(size=N + M)
-    model = cb.CatBoostClassifier(iterations=12, depth=3, verbose=0, random_seed=0, thread_count=2,
-                                  cat_features=["c"], one_hot_max_size=4, leaf_estimation_iterations=4)
+    model = cb.CatBoostClassifier(
+        iterations=12,
+        depth=3,
+        verbose=0,
+        random_seed=0,
+        thread_count=2,
+        cat_features=["c"],
+        one_hot_max_size=4,
+        leaf_estimation_iterations=4,
+    )
     model.fit(cb.Pool(frame[:N], y, cat_features=["c"], baseline=baseline[:N]))
     adapter = CatBoostAdapter(model)
     eng = adapter.prepare(frame[:N], y, init_score=baseline[:N])
@@ -293,8 +313,9 @@ def test_refusals(data):
     rng = np.random.default_rng(2)
     cats = rng.integers(0, 40, N).astype(str)
     frame = pd.DataFrame(X).assign(c=cats)
-    ctr = cb.CatBoostClassifier(iterations=20, depth=3, verbose=0, cat_features=["c"], one_hot_max_size=2,
-                                thread_count=2).fit(frame, (yc + (cats < "2") > 0.5).astype(int))
+    ctr = cb.CatBoostClassifier(
+        iterations=20, depth=3, verbose=0, cat_features=["c"], one_hot_max_size=2, thread_count=2
+    ).fit(frame, (yc + (cats < "2") > 0.5).astype(int))
     with pytest.raises(UnsupportedModelError, match="CTR"):
         CatBoostAdapter(ctr)
     langevin = cb.CatBoostRegressor(iterations=3, verbose=0, langevin=True, thread_count=2).fit(X, yr)
@@ -306,8 +327,9 @@ def test_refusals(data):
     mae = cb.CatBoostRegressor(iterations=3, verbose=0, loss_function="MAE", thread_count=2).fit(X, yr)
     with pytest.raises(UnsupportedModelError, match=r"'MAE'.*Logloss"):
         CatBoostAdapter(mae)
-    mono = cb.CatBoostClassifier(iterations=3, verbose=0, monotone_constraints=[1, 0, 0, 0, 0],
-                                 thread_count=2).fit(X, yc)
+    mono = cb.CatBoostClassifier(
+        iterations=3, verbose=0, monotone_constraints=[1, 0, 0, 0, 0], thread_count=2
+    ).fit(X, yc)
     with pytest.raises(UnsupportedModelError, match="monotone_constraints"):
         CatBoostAdapter(mono)
     with pytest.raises(UnsupportedModelError, match="not trained"):
@@ -332,8 +354,10 @@ def test_rounding_level_step_rejections_are_resolved(data, monkeypatch):
     by the float64 loss alone misses them; the adapter's tie search reproduces every tree."""
     import influence_gbdt.adapters.catboost as module
 
-    models = [fit(loss, data, leaf_estimation_iterations=10, learning_rate=0.5, depth=3)[:2]
-              for loss in ("Logloss", "RMSE")]
+    models = [
+        fit(loss, data, leaf_estimation_iterations=10, learning_rate=0.5, depth=3)[:2]
+        for loss in ("Logloss", "RMSE")
+    ]
     for model, y in models:
         assert CatBoostAdapter(model).prepare(data[0], y).relative_residual < 1e-12
     monkeypatch.setattr(module, "_TIE", {"logloss": 0.0, "squared_error": 0.0})
