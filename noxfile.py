@@ -45,7 +45,7 @@ def validation(session: nox.Session) -> None:
 
 @nox.session
 def paper(session: nox.Session) -> None:
-    """The paper's Table 2, Figures 1-2 and Table 3 on Adult; writes docs/paper.md (~30 min on 2 cores)."""
+    """The paper's Table 2, Figures 1-2 and Table 3 on Adult; writes docs/paper.md (~1 hour on 2 cores)."""
     session.install("-e", ".[catboost,plot]")
     session.run("python", "benchmarks/paper.py", *session.posargs)
 
