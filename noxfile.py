@@ -38,7 +38,7 @@ def bench(session: nox.Session) -> None:
 
 @nox.session
 def validation(session: nox.Session) -> None:
-    """Studies against true retraining with each booster; writes docs/validation.md (~10 min)."""
+    """Studies against true retraining with each booster; writes docs/validation.md (~2 min)."""
     session.install("-e", ".[all]")
     session.run("python", "benchmarks/validation.py", *session.posargs)
 

@@ -8,7 +8,7 @@ retrain, and measure the real change of the loss next to removing m random rows.
 
 Larger than the CI studies in ``tests/test_validation.py`` (thousands of rows, deeper trees, more
 removed rows). Run: ``nox -s validation`` or ``python benchmarks/validation.py [--out docs]``;
-about 10 minutes on 2 cores.
+about 2 minutes on 2 cores.
 """
 
 from __future__ import annotations
