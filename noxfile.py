@@ -55,7 +55,8 @@ def docs(session: nox.Session) -> None:
     """API reference pages from the docstrings, written to docs/api/ (pydoc HTML)."""
     session.install("-e", ".[all]")
     modules = ["influence_gbdt", "influence_gbdt.explainer", "influence_gbdt.engine",
-               "influence_gbdt.ensemble", "influence_gbdt.errors", "influence_gbdt.cli"]
+               "influence_gbdt.ensemble", "influence_gbdt.errors", "influence_gbdt.cli",
+               "influence_gbdt.validation"]
     session.run("python", "-c", "import os; os.makedirs('docs/api', exist_ok=True)")
     session.run("python", "-m", "pydoc", "-w", *modules, external=False, silent=True)
     session.run("python", "-c", "import glob, shutil; [shutil.move(f, 'docs/api/' + f) for f in glob.glob('influence_gbdt*.html')]")
