@@ -41,13 +41,11 @@ from influence_gbdt import BoostingInfluence
 from influence_gbdt.datasets import ADULT_CATEGORICAL, load_adult
 from influence_gbdt.demo import roc_auc
 from influence_gbdt.validation import (
+    Retraining,
     TrainingRecipe,
     derivative_study,
-    leaf_ids,
     markdown_table,
     ndcg_at_k,
-    split_signature,
-    structure_report,
     test_losses,
 )
 
@@ -147,12 +145,7 @@ def table2(data: Adult, per_group: int, seed: int, progress: bool) -> tuple[pd.D
     """
     recipe, model, ex = fitted(data, seed)
     yt = data.y_test.astype(np.float64)
-    base = test_losses("logloss", yt, recipe.raw_predict(model, data.X_test))
-    ref = {
-        "original_leaves": leaf_ids(model, data.X),
-        "original_test_leaves": leaf_ids(model, data.X_test),
-        "original_splits": split_signature(model),
-    }
+    retraining = Retraining(recipe, model, data.X, data.y, data.X_test, yt)
     order = np.random.default_rng(seed).permutation(data.y.size)
     groups: dict[bool, list[tuple[int, np.ndarray]]] = {True: [], False: []}
     t0, tried, n_kept = time.perf_counter(), 0, 0
@@ -161,15 +154,11 @@ def table2(data: Adult, per_group: int, seed: int, progress: bool) -> tuple[pd.D
         if min(len(groups[True]), len(groups[False])) >= per_group:
             break
         tried += 1
-        new = recipe.retrain_without(data.X, data.y, [r])
-        mask = np.ones(data.y.size, dtype=bool)
-        mask[r] = False
-        same = bool(structure_report(model, new, data.X, mask, data.X_test, **ref)["same"])
+        after, report = retraining.without([r])
+        same = bool(report["same"])  # type: ignore[index]
         n_kept += same
         if len(groups[same]) < per_group:
-            groups[same].append(
-                (int(r), base - test_losses("logloss", yt, recipe.raw_predict(new, data.X_test)))
-            )
+            groups[same].append((int(r), retraining.base_losses - after))
             bar.update()
     bar.close()
     retrain_s = time.perf_counter() - t0
@@ -325,13 +314,11 @@ def figure2(
                 }
             )
     loo_rows = rows[:loo_sample]
-    base = test_losses("logloss", yt, recipe.raw_predict(model, data.X_test)).mean()
+    retraining = Retraining(recipe, model, noisy.X, noisy.y, data.X_test, yt, check_structure=False)
+    base = retraining.base_losses.mean()
     loo = np.array(
         [
-            base
-            - test_losses(
-                "logloss", yt, recipe.raw_predict(recipe.retrain_without(noisy.X, noisy.y, [r]), data.X_test)
-            ).mean()
+            base - retraining.without([r])[0].mean()
             for r in tqdm(loo_rows, disable=not progress, desc="Figure 2: leave-one-out")
         ]
     )
@@ -395,21 +382,15 @@ def table3(
             for g, rows in sampled.items():
                 line[g] = float(scores(ex, method, update_set, k, X0, y0, rows, aggregate="mean").mean())
             lines.append(line)
-    base = test_losses("logloss", y0, recipe.raw_predict(model, X0)).mean()
-    ref = {
-        "original_leaves": leaf_ids(model, biased.X),
-        "original_test_leaves": leaf_ids(model, X0),
-        "original_splits": split_signature(model),
-    }
+    retraining = Retraining(recipe, model, biased.X, biased.y, X0, y0)
+    base = retraining.base_losses.mean()
     loo, kept_line, n_kept = {"method": "Leave-one-out (true retraining)"}, {}, {}
     for g, rows in sampled.items():
         changes, kept = [], []
         for r in tqdm(rows, disable=not progress, desc=f"Table 3: leave-one-out {g}"):
-            new = recipe.retrain_without(biased.X, biased.y, [r])
-            mask = np.ones(biased.y.size, dtype=bool)
-            mask[r] = False
-            changes.append(base - test_losses("logloss", y0, recipe.raw_predict(new, X0)).mean())
-            kept.append(structure_report(model, new, biased.X, mask, X0, **ref)["same"])
+            after, report = retraining.without([r])
+            changes.append(base - after.mean())
+            kept.append(report["same"])  # type: ignore[index]
         loo[g] = float(np.mean(changes))
         kept_line[g] = float(np.mean(np.asarray(changes)[kept])) if any(kept) else float("nan")
         n_kept[g] = f"{int(np.sum(kept))}/{len(kept)}"

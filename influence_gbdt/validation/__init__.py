@@ -35,6 +35,7 @@ from .metrics import compare, ndcg_at_k
 from .models import leaf_ids, raw_predict, same_structure, split_signature, structure_report
 from .recipe import TrainingRecipe
 from .report import markdown_table, render_study, write_report
+from .retraining import Retraining, test_losses
 from .studies import (
     DEFAULT_METHODS,
     DERIVATIVE_METHODS,
@@ -43,11 +44,27 @@ from .studies import (
     loo_study,
     method_label,
     removal_curve,
-    test_losses,
 )
 
 __all__ = [
-    "DEFAULT_METHODS", "DERIVATIVE_METHODS", "LOOStudy", "TrainingRecipe", "compare", "derivative_study",
-    "leaf_ids", "loo_study", "markdown_table", "method_label", "ndcg_at_k", "raw_predict", "removal_curve",
-    "render_study", "same_structure", "split_signature", "structure_report", "test_losses", "write_report",
+    "DEFAULT_METHODS",
+    "DERIVATIVE_METHODS",
+    "LOOStudy",
+    "Retraining",
+    "TrainingRecipe",
+    "compare",
+    "derivative_study",
+    "leaf_ids",
+    "loo_study",
+    "markdown_table",
+    "method_label",
+    "ndcg_at_k",
+    "raw_predict",
+    "removal_curve",
+    "render_study",
+    "same_structure",
+    "split_signature",
+    "structure_report",
+    "test_losses",
+    "write_report",
 ]

@@ -20,12 +20,10 @@ from tqdm.auto import tqdm
 
 from ..errors import InputError
 from ..explainer import BoostingInfluence
-from ..losses import LOSS_CODES
-from ..losses import values as loss_values
 from ..tabular import n_rows, take_rows
 from .metrics import compare
-from .models import leaf_ids, split_signature, structure_report
 from .recipe import TrainingRecipe
+from .retraining import Retraining
 
 #: (method, update_set, k) compared by default: exact LeafRefit / LeafInfluence and their Fast variants.
 DEFAULT_METHODS: tuple[tuple[str, str, int | None], ...] = (
@@ -94,12 +92,6 @@ class LOOStudy:
     seconds: dict[str, float]
     kind: Literal["leave-one-out", "finite-difference"] = "leave-one-out"
     eps: float | None = None
-
-
-def test_losses(loss: str, y: NDArray[np.float64], margin: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Per-point loss (``"logloss"`` or ``"squared_error"``) of raw margins, shape (m,)."""
-    return np.asarray(loss_values(LOSS_CODES[loss], np.ascontiguousarray(y, dtype=np.float64),
-                                  np.ascontiguousarray(margin, dtype=np.float64)))
 
 
 def loo_study(
@@ -194,35 +186,25 @@ def _study(
     if model is None:
         model = recipe.fit(X, y, sample_weight)
     ex = BoostingInfluence(model, progress=False, base_score=base_score).fit(X, y, sample_weight)
-    loss = ex.engine_.ensemble.loss
     yt = ex.adapter_.encode_labels(y_test)
-    base_loss = test_losses(loss, yt, recipe.raw_predict(model, X_test))
     w0 = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
 
     t0 = time.perf_counter()
-    reference: dict[str, Any] = {"original_leaves": leaf_ids(model, X),
-                                 "original_test_leaves": leaf_ids(model, X_test),
-                                 "original_splits": split_signature(model)}
+    retraining = Retraining(recipe, model, X, y, X_test, yt, ex.engine_.ensemble.loss, sample_weight)
     actual = np.empty((rows.size, n_rows(X_test)))
     reports = []
     desc = "leave-one-out retraining" if eps is None else "finite-difference retraining"
     for j, r in enumerate(tqdm(rows, disable=not progress, desc=desc, leave=False)):
-        mask = np.ones(n, dtype=bool)
         if eps is None:
-            mask[r] = False
-            new = recipe.retrain_without(X, y, [r], sample_weight)
-            actual[j] = base_loss - test_losses(loss, yt, recipe.raw_predict(new, X_test))
-            reports.append(structure_report(model, new, X, mask, X_test, **reference))
+            after, report = retraining.without([r])
+            actual[j] = retraining.base_losses - after
+            reports.append(report)
             continue
-        side = []
-        for step in (eps, -eps):
-            w = w0.copy()
-            w[r] += step
-            new = recipe.retrain(X, y, w)
-            side.append((test_losses(loss, yt, recipe.raw_predict(new, X_test)),
-                         structure_report(model, new, X, mask, X_test, **reference)))
-        actual[j] = (side[0][0] - side[1][0]) / (2 * eps)
-        reports.append(side[0][1] if not side[0][1]["same"] else side[1][1])
+        (up, up_report), (down, down_report) = (
+            retraining.with_weight(r, w0[r] + step) for step in (eps, -eps)
+        )
+        actual[j] = (up - down) / (2 * eps)
+        reports.append(up_report if not up_report["same"] else down_report)  # type: ignore[index]
     seconds = {"retrain": time.perf_counter() - t0}
     structure = pd.DataFrame(reports, index=pd.Index(rows, name="row"))
     kept = structure["same"].to_numpy(dtype=bool)
@@ -299,15 +281,10 @@ def removal_curve(
     if model is None:
         model = recipe.fit(X, y, sample_weight)
     ex = BoostingInfluence(model, progress=False).fit(X, y, sample_weight)
-    loss = ex.engine_.ensemble.loss
-    yt = ex.adapter_.encode_labels(y_test)
+    retraining = Retraining(recipe, model, X, y, X_test, ex.adapter_.encode_labels(y_test),
+                            ex.engine_.ensemble.loss, sample_weight, check_structure=False)
     target_cols = np.arange(n_rows(X_test)) if test_point is None else np.array([int(test_point)])
-
-    def losses(m: Any) -> tuple[float, float]:
-        lt = test_losses(loss, yt, recipe.raw_predict(m, X_test))
-        return float(lt[target_cols].mean()), float(lt.mean())
-
-    before_t, before_all = losses(model)
+    before_t, before_all = retraining.base_losses[target_cols].mean(), retraining.base_losses.mean()
     plans: list[tuple[str, int, int, NDArray[np.int64], float]] = []
     for method, update_set, k in methods:
         ex.set_params(method=method, update_set=update_set, k=k)
@@ -323,7 +300,8 @@ def removal_curve(
     out = []
     for strategy, m, rep, removed, predicted in tqdm(plans, disable=not progress, desc="removal curve",
                                                       leave=False):
-        after_t, after_all = losses(recipe.retrain_without(X, y, removed, sample_weight))
+        after = retraining.without(removed)[0]
+        after_t, after_all = after[target_cols].mean(), after.mean()
         out.append({
             "strategy": strategy, "m": m, "repeat": rep,
             "target_reduction": before_t - after_t,
