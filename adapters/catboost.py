@@ -163,10 +163,11 @@ class CatBoostAdapter(BoosterAdapter):
         user_w = np.ones(n) if sample_weight is None else _f32(np.ravel(sample_weight))
         if user_w.shape != (n,):
             raise InputError(f"sample_weight must have shape ({n},), got {user_w.shape}.")
-        factor = np.ones(n)
+        groups = labels.astype(np.int64) if self.loss == "logloss" else np.zeros(n, dtype=np.int64)
+        class_weights = np.ones(int(groups.max()) + 1)
         if self.loss == "logloss" and self._p.get("class_weights"):
-            factor = _f32(self._p["class_weights"])[labels.astype(np.int64)]
-        weight = _f32(user_w * factor)
+            class_weights = _f32(self._p["class_weights"])[: class_weights.size]
+        weight = _f32(user_w * class_weights[groups])
         leaf_index = self.leaf_indices(X)
         if leaf_index.shape[1] != n:
             raise InputError(f"calc_leaf_indexes returned {leaf_index.shape[1]} rows for {n} rows of X.")
@@ -176,20 +177,24 @@ class CatBoostAdapter(BoosterAdapter):
         offset = self.init_offset(X, init_score)
         p = self._p
         lr = float(np.float32(p["learning_rate"]))
-        l2_per_w = float(np.float32(p["l2_leaf_reg"])) / n
+        l2_leaf_reg = float(np.float32(p["l2_leaf_reg"]))
         newton = p["leaf_estimation_method"] == "Newton"
-        scales = self._step_scales(leaf_index, counts, values, labels, weight, offset + bias, lr, l2_per_w,
-                                   newton)
+        scales = self._step_scales(leaf_index, counts, values, labels, weight, offset + bias, lr,
+                                   l2_leaf_reg / n, newton)
         n_steps = np.array([len(s) for s in scales], dtype=np.int64)
         table = np.zeros((len(scales), int(n_steps.max())))
         for t, s in enumerate(scales):
             table[t, : len(s)] = s
+        iterations = int(p.get("leaf_estimation_iterations", 1))
+        backtracking = iterations > 1 and p.get("leaf_estimation_backtracking", "No") == "AnyImprovement"
         return TreeEnsemble.build(
             leaf_index=leaf_index, leaf_values=values, n_leaves=counts, loss=self.loss,
             learning_rate=lr, newton=newton, l1=0.0, max_delta_step=0.0, l2=0.0,
-            l2_per_weight_sum=l2_per_w, step_scales=table, n_steps=n_steps, hessian_floor=0.0,
-            base_margin=float(bias), base_margin_refit=bool(p.get("boost_from_average", False)),
-            init_offset=offset, y=labels, sample_weight=weight, weight_scale=factor,
+            l2_per_mean_weight=l2_leaf_reg, step_scales=table, n_steps=n_steps,
+            backtracking=backtracking, n_iterations=iterations if backtracking else None,
+            base_margin=float(bias), base_rule="mean" if p.get("boost_from_average", False) else "fixed",
+            init_offset=offset, y=labels, user_weight=user_w, weight_group=groups,
+            dataset_factor=class_weights, float32_weights=True,
         )
 
     def _step_scales(

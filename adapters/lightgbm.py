@@ -23,7 +23,6 @@ more. See ``rtol`` for the tolerance.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -214,16 +213,21 @@ class LightGBMAdapter(BoosterAdapter):
             shrinkage.append(float(tree["shrinkage"]))
         return values, l2s, np.asarray(shrinkage)
 
-    def _class_factor(self, y_raw: NDArray, pos: NDArray[np.bool_]) -> tuple[NDArray, NDArray]:
-        """(sklearn class_weight factor, LightGBM label_weights factor) per row, each shape (n,)."""
+    def _class_factors(self, y_raw: NDArray, pos: NDArray[np.bool_]) -> tuple[NDArray, NDArray, NDArray]:
+        """Per row its group (the class for a binary model, else 0), shape (n,); per group the
+        sklearn ``class_weight`` factor (in the Dataset weight) and LightGBM's label weight
+        (``is_unbalance`` / ``scale_pos_weight``, applied in the objective), each shape (G,)."""
         n = y_raw.shape[0]
-        sk = np.ones(n)
+        groups = pos.astype(np.int64) if self.loss == "logloss" else np.zeros(n, dtype=np.int64)
+        n_groups = int(groups.max()) + 1
+        sk = np.ones(n_groups)
         class_weight = getattr(self.model, "class_weight", None)
         if isinstance(self.model, lgb.LGBMClassifier) and class_weight is not None:
             from sklearn.utils.class_weight import compute_sample_weight
 
-            sk = np.asarray(compute_sample_weight(class_weight, y_raw), dtype=np.float64)
-        lab = np.ones(n)
+            per_row = np.asarray(compute_sample_weight(class_weight, y_raw), dtype=np.float64)
+            sk[groups] = per_row  # constant within a class
+        lab = np.ones(n_groups)
         if self.loss == "logloss":
             w_pos, w_neg = 1.0, 1.0
             if self._params.get("is_unbalance") == "1":
@@ -233,8 +237,8 @@ class LightGBMAdapter(BoosterAdapter):
                 else:
                     w_pos = n_neg / n_pos
             w_pos *= self._param("scale_pos_weight", 1.0)
-            lab = np.where(pos, w_pos, w_neg)
-        return sk, lab
+            lab = np.array([w_neg, w_pos])[:n_groups]
+        return groups, sk, lab
 
     def _labels(self, y: ArrayLike) -> tuple[NDArray, NDArray[np.float64]]:
         """(labels as given, labels as LightGBM trains on them, float32-rounded), shape (n,)."""
@@ -272,9 +276,9 @@ class LightGBMAdapter(BoosterAdapter):
         user_w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, np.float64).ravel()
         if user_w.shape != (n,):
             raise InputError(f"sample_weight has shape {user_w.shape}, expected ({n},).")
-        sk, lab = self._class_factor(y_raw, labels > 0)
+        groups, sk_per_group, lab_per_group = self._class_factors(y_raw, labels > 0)
         # LightGBM's Dataset weight (user weight times sklearn class weight) is float32.
-        data_w = (user_w * sk).astype(np.float32).astype(np.float64)
+        data_w = (user_w * sk_per_group[groups]).astype(np.float32).astype(np.float64)
         offset = self.init_offset(X, init_score)
 
         values, l2, shrinkage = self._leaves()
@@ -304,14 +308,6 @@ class LightGBMAdapter(BoosterAdapter):
                 "Tree 0 has shrinkage 1: LightGBM folded a boost_from_average init score into it, so the "
                 "model was trained without init_score. Call without init_score."
             )
-        if base_refit and np.ptp(lab) > 0:
-            warnings.warn(
-                "is_unbalance / scale_pos_weight: LightGBM's boost_from_average init score ignores the "
-                "class factor, which the description cannot express; base_margin is kept fixed when "
-                "rows are removed or re-weighted (an O(1/n) approximation of a retrain).",
-                stacklevel=2,
-            )
-            base_refit = False
         return TreeEnsemble.build(
             leaf_index=leaf_index,
             leaf_values=values,
@@ -322,10 +318,13 @@ class LightGBMAdapter(BoosterAdapter):
             l1=self._param("lambda_l1"),
             max_delta_step=self._param("max_delta_step"),
             base_margin=base,
-            base_margin_refit=base_refit,
+            base_rule="mean" if base_refit else "fixed",
             init_offset=offset,
-            sample_weight=data_w * lab,
-            weight_scale=sk * lab,
+            user_weight=user_w,
+            weight_group=groups,
+            dataset_factor=sk_per_group,
+            objective_factor=lab_per_group,
+            float32_weights=True,
             float32_gradients=True,
         )
 

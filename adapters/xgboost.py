@@ -10,12 +10,12 @@ What XGBoost does, and how it lands in the description (verified by the tests of
   +-max_delta_step when it is nonzero; the logistic hessian is floored at 1e-16. Labels, weights and
   margins are float32 inside XGBoost, so the self-check tolerance is ``rtol = 1e-5`` (float32 carries
   about 6e-8 relative per operation; sums over a few thousand rows and tens of trees stay far below).
-* ``scale_pos_weight`` multiplies the weight of rows with label 1: it is folded into
-  ``sample_weight`` and reported as ``weight_scale`` so scores stay per unit of the user's weight.
+* ``scale_pos_weight`` multiplies the weight of rows with label 1: it is the dataset factor of
+  class 1, so scores stay per unit of the user's weight.
 * Base score: stored in probability space for ``binary:logistic`` (margin = logit). A per-row
   ``base_margin`` (``init_score`` here) *replaces* the base score in XGBoost, in training and in
   prediction, so it becomes ``init_offset`` with ``base_margin = 0``.
-* ``base_margin_refit`` (a retrain re-estimates the base score) is True only where XGBoost's
+* ``base_rule="mean"`` (a retrain re-estimates the base score) only where XGBoost's
   estimate is the engine's rule, the weighted loss-minimising constant: the user set no
   ``base_score``, gave no per-row base margin (a retrain would re-estimate a base score that the
   base margin then overrides, i.e. nothing changes) and ``scale_pos_weight == 1`` (with it XGBoost
@@ -268,7 +268,8 @@ class XGBoostAdapter(BoosterAdapter):
         )
         if user_w.shape != (n,):
             raise InputError(f"sample_weight must have shape ({n},), got {user_w.shape}.")
-        scale = np.where(labels == 1.0, self.scale_pos_weight, 1.0) if self.loss == "logloss" else np.ones(n)
+        classes = labels.astype(np.int64) if self.loss == "logloss" else None
+        base_refits = self.base_estimated and init_score is None and self.scale_pos_weight == 1.0
         self._described_base = 0.0 if init_score is not None else self.base_margin
         offset = None if init_score is None else self.init_offset(X, init_score)
         return TreeEnsemble.build(
@@ -283,10 +284,12 @@ class XGBoostAdapter(BoosterAdapter):
             max_delta_step=self.max_delta_step,
             hessian_floor=_HESSIAN_FLOOR if self.loss == "logloss" else 0.0,
             base_margin=self._described_base,
-            base_margin_refit=self.base_estimated and init_score is None and self.scale_pos_weight == 1.0,
+            base_rule="mean" if base_refits else "fixed",
             init_offset=offset,
-            sample_weight=scale * user_w,
-            weight_scale=scale,
+            user_weight=user_w,
+            weight_group=classes,
+            dataset_factor=[1.0, self.scale_pos_weight] if classes is not None else 1.0,
+            float32_weights=True,
         )
 
 

@@ -34,7 +34,7 @@ def synthetic(
         learning_rate=0.2,
         l2=3.0,
         base_margin=-1.15,
-        base_margin_refit=True,
+        base_rule="mean",
     )
     values = InfluenceEngine(draft).leaf_values
     ens = TreeEnsemble.build(
@@ -46,7 +46,7 @@ def synthetic(
         learning_rate=0.2,
         l2=3.0,
         base_margin=-1.15,
-        base_margin_refit=True,
+        base_rule="mean",
     )
     test = TestPoints(rng.integers(0, n_leaves, (n_trees, m)), None, (rng.random(m) < 0.24).astype(float))
     return InfluenceEngine(ens), test

@@ -57,6 +57,7 @@ PARAMS: dict[str, Any] = {
     "learning_rate": 0.2,
     "one_hot_max_size": 255,
     "random_strength": 0,
+    "bootstrap_type": "No",  # deleting a row must not shift the bootstrap's random stream
     "cat_features": list(ADULT_CATEGORICAL),
 }
 N_TREES = 100

@@ -58,6 +58,7 @@ RECIPES = {
             "depth": 3,
             "learning_rate": 0.3,
             "random_strength": 0,
+            "bootstrap_type": "No",  # deleting a row must not shift the bootstrap's random stream
         },
         num_boost_round=50,
     ),

@@ -1,28 +1,21 @@
-"""Compiled inner loops of the engine (numba). Private: use :mod:`influence_gbdt.engine`.
+"""Compiled building blocks shared by the engine's kernels, and the replay (numba). Private.
 
-Every kernel takes a :class:`Tables` (flat arrays describing the ensemble and its replay on the
-training data) and works in float64. Indexing conventions:
-
-- tree ``t`` owns global leaves ``leaf_off[t] .. leaf_off[t + 1] - 1``;
-- its leaf-estimation steps are the flat steps ``step_ptr[t] .. step_ptr[t + 1] - 1``;
-- flat step ``st`` owns per-leaf slots ``sl_off[st] .. sl_off[st] + n_leaves[t] - 1`` in the
-  step-leaf arrays (``u_before``, ``G``, ``H``, ``SWH``, ``SWK``, ``RG``, ``RD``);
-- rows of leaf ``l`` of tree ``t`` are ``rows_by_leaf[t, leaf_first[l] : leaf_first[l] + leaf_count[l]]``.
-
-Update-set modes: ``ALL`` (every row's change is propagated), ``NONE`` (SinglePoint: none is),
-``TOPK`` (rows of the k leaves with the largest accumulated |change|, Eq. 3 of the paper).
+Every kernel takes a :class:`~influence_gbdt._tables.Tables` and works in float64; margins are
+arrays of shape (n, K). Update-set modes: ``ALL`` (every row's change is propagated), ``NONE``
+(SinglePoint: only the scored row's own change is), ``TOPK`` (rows of the k leaves with the
+largest accumulated |change|, Eq. 3 of the paper, plus the scored row).
 """
 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import numba
 import numpy as np
 from numpy.typing import NDArray
 
-from .losses import derivatives, point, weighted_gh
+from ._tables import Tables
+from .losses import grad_hess, jvp, point, weighted
 
 ALL = 0
 NONE = 1
@@ -31,44 +24,8 @@ TOPK = 2
 _jit = numba.njit(cache=True, nogil=True)
 
 
-class Tables(NamedTuple):
-    """Flat arrays shared by the kernels; see the module docstring for the layout."""
-
-    leaf: NDArray[np.int32]  # (T, n) leaf of each training row, local to the tree
-    leaf_off: NDArray[np.int64]  # (T + 1,)
-    newton: NDArray[np.bool_]  # (T,)
-    lr: NDArray[np.float64]  # (T,)
-    l1: NDArray[np.float64]  # (T,)
-    mds: NDArray[np.float64]  # (T,) max_delta_step, 0 = none
-    l2: NDArray[np.float64]  # (n_total,)
-    l2pw: NDArray[np.float64]  # (T,) l2 per unit of total weight
-    n_steps: NDArray[np.int64]  # (T,)
-    scales: NDArray[np.float64]  # (T, S) accepted step scales
-    step_ptr: NDArray[np.int64]  # (T + 1,)
-    sl_off: NDArray[np.int64]  # (n_flat_steps + 1,)
-    rows_by_leaf: NDArray[np.int32]  # (T, n)
-    leaf_first: NDArray[np.int64]  # (n_total,)
-    leaf_count: NDArray[np.int64]  # (n_total,)
-    y: NDArray[np.float64]  # (n,)
-    w: NDArray[np.float64]  # (n,)
-    loss: int
-    floor: float
-    f32: bool  # round each row's w g and w h to float32 before the leaf sums G, H (LightGBM)
-    # Filled by replay():
-    values: NDArray[np.float64]  # (n_total,) recomputed leaf values
-    margin_before: NDArray[np.float64]  # (T, n) margins entering each tree
-    Z: NDArray[np.float64]  # (n_flat_steps, n) loss point at each step's margins
-    u_before: NDArray[np.float64]  # (n_step_leaves,) in-tree move before each step
-    G: NDArray[np.float64]  # (n_step_leaves,) sum w g
-    H: NDArray[np.float64]  # (n_step_leaves,) sum w h (Newton) or sum w (Gradient)
-    SWH: NDArray[np.float64]  # (n_step_leaves,) sum w h
-    SWK: NDArray[np.float64]  # (n_step_leaves,) sum w k
-    RG: NDArray[np.float64]  # (n_step_leaves,) d step / d G
-    RD: NDArray[np.float64]  # (n_step_leaves,) d step / d (H + lam)
-
-
 @_jit
-def _max_leaves(tb: Tables) -> int:
+def max_leaves(tb: Tables) -> int:
     """The largest number of leaves of any tree (size of per-tree scratch arrays)."""
     return int(np.max(tb.leaf_off[1:] - tb.leaf_off[:-1]))
 
@@ -96,166 +53,37 @@ def leaf_step(G: float, H: float, lam: float, l1: float, mds: float) -> tuple[fl
     return raw, -1.0 / D, -raw / D
 
 
-@numba.njit(cache=True)
-def replay(
-    tb: Tables, A0: NDArray[np.float64]
-) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """Recompute every leaf value from the data, filling the caches of ``tb`` in place.
-
-    Returns ``(values, final_margin)``; ``tb.values`` etc. are written.
-    """
-    T, n = tb.leaf.shape
-    W = tb.w.sum()
-    A = A0.copy()
-    for t in range(T):
-        base = tb.leaf_off[t]
-        L = tb.leaf_off[t + 1] - base
-        tb.margin_before[t, :] = A
-        u = np.zeros(L)
-        for s in range(tb.n_steps[t]):
-            st = tb.step_ptr[t] + s
-            o = tb.sl_off[st]
-            G = np.zeros(L)
-            H = np.zeros(L)
-            swh = np.zeros(L)
-            swk = np.zeros(L)
-            for j in range(n):
-                lj = tb.leaf[t, j]
-                z = point(tb.loss, A[j] + u[lj])
-                tb.Z[st, j] = z
-                g, h, k = derivatives(tb.loss, tb.y[j], z, tb.floor)
-                wj = tb.w[j]
-                wg, wh = weighted_gh(tb.loss, g, h, wj, tb.f32)
-                G[lj] += wg
-                swh[lj] += wj * h  # derivative caches stay unrounded
-                swk[lj] += wj * k
-                H[lj] += wh if tb.newton[t] else wj
-            for lj in range(L):
-                lam = tb.l2[base + lj] + tb.l2pw[t] * W
-                d, rg, rd = leaf_step(G[lj], H[lj], lam, tb.l1[t], tb.mds[t])
-                tb.u_before[o + lj] = u[lj]
-                tb.G[o + lj] = G[lj]
-                tb.H[o + lj] = H[lj]
-                tb.SWH[o + lj] = swh[lj]
-                tb.SWK[o + lj] = swk[lj]
-                tb.RG[o + lj] = rg
-                tb.RD[o + lj] = rd
-                u[lj] += tb.scales[t, s] * d
-        for lj in range(L):
-            tb.values[base + lj] = tb.lr[t] * u[lj]
-        for j in range(n):
-            A[j] += tb.values[base + tb.leaf[t, j]]
-    return tb.values, A
-
-
-# ----------------------------------------------------------------------------------------------
-# Reverse mode: the influence of every training row on one scalar objective.
+@_jit
+def row_margin(
+    tb: Tables, r: int, A: NDArray[np.float64], j: int, u: NDArray[np.float64], mrow: NDArray[np.float64]
+) -> None:
+    """``mrow = A[j]`` plus the in-tree moves ``u`` (per global leaf) of round ``r``'s trees."""
+    mrow[:] = A[j]
+    for t in range(tb.round_ptr[r], tb.round_ptr[r + 1]):
+        mrow[tb.out[t]] += u[tb.leaf_off[t] + tb.leaf[t, j]]
 
 
 @_jit
-def _reverse_sweep(tb: Tables, c_leaf: NDArray[np.float64]) -> tuple[NDArray[np.float64], float]:
-    """Vector-Jacobian product of one objective through the whole ensemble.
-
-    ``c_leaf`` (n_total,) is d objective / d leaf value coming from the test side. Returns
-    ``(d objective / d w, d objective / d initial margin)``, the first without the base-score
-    term (added by the caller) and per unit of *effective* weight.
-    """
-    T, n = tb.leaf.shape
-    max_l = _max_leaves(tb)
-    max_s = tb.scales.shape[1]
-    a_bar = np.zeros(n)
-    w_bar = np.zeros(n)
-    big_w_bar = 0.0
-    g_bar = np.empty((max_s, max_l))
-    d_bar = np.empty((max_s, max_l))
-    u_bar = np.empty(max_l)
-    for t in range(T - 1, -1, -1):
+def add_round(tb: Tables, r: int, A: NDArray[np.float64], values: NDArray[np.float64], sign: float) -> None:
+    """Add (``sign = 1``) or remove (``-1``) round ``r``'s leaf ``values`` to every row's margins."""
+    n = A.shape[0]
+    for t in range(tb.round_ptr[r], tb.round_ptr[r + 1]):
+        c = tb.out[t]
         base = tb.leaf_off[t]
-        L = tb.leaf_off[t + 1] - base
-        newton = tb.newton[t]
-        for lj in range(L):
-            u_bar[lj] = c_leaf[base + lj]
         for j in range(n):
-            u_bar[tb.leaf[t, j]] += a_bar[j]
-        for lj in range(L):
-            u_bar[lj] *= tb.lr[t]
-        for s in range(tb.n_steps[t] - 1, -1, -1):
-            o = tb.sl_off[tb.step_ptr[t] + s]
-            for lj in range(L):
-                db = tb.scales[t, s] * u_bar[lj]
-                gb = db * tb.RG[o + lj]
-                dd = db * tb.RD[o + lj]
-                g_bar[s, lj] = gb
-                d_bar[s, lj] = dd
-                u_bar[lj] += gb * tb.SWH[o + lj]
-                if newton:
-                    u_bar[lj] += dd * tb.SWK[o + lj]
-                big_w_bar += dd * tb.l2pw[t]
-        s0 = tb.step_ptr[t]
-        for j in range(n):
-            lj = tb.leaf[t, j]
-            da = 0.0
-            dw = 0.0
-            for s in range(tb.n_steps[t]):
-                g, h, k = derivatives(tb.loss, tb.y[j], tb.Z[s0 + s, j], tb.floor)
-                gb = g_bar[s, lj]
-                dd = d_bar[s, lj]
-                if newton:
-                    da += gb * h + dd * k
-                    dw += gb * g + dd * h
-                else:
-                    da += gb * h
-                    dw += gb * g + dd
-            a_bar[j] += tb.w[j] * da
-            w_bar[j] += dw
-    for j in range(n):
-        w_bar[j] += big_w_bar
-    return w_bar, a_bar.sum()
-
-
-@numba.njit(cache=True)
-def reverse_one(tb: Tables, c_leaf: NDArray[np.float64]) -> tuple[NDArray[np.float64], float]:
-    """:func:`_reverse_sweep` for one objective given as per-leaf coefficients."""
-    return _reverse_sweep(tb, c_leaf)
-
-
-@numba.njit(cache=True, parallel=True)
-def reverse_many(
-    tb: Tables, test_leaf: NDArray[np.int64], coef: NDArray[np.float64]
-) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """One sweep per test point: objective ``coef[j] * F(x_j)``.
-
-    ``test_leaf`` (T, m) holds *global* leaf numbers. Returns ``(w_bar (m, n), a0_bar (m,))``.
-    """
-    T, m = test_leaf.shape
-    n = tb.leaf.shape[1]
-    n_total = tb.leaf_off[T]
-    out = np.empty((m, n))
-    a0 = np.empty(m)
-    for j in numba.prange(m):
-        c_leaf = np.zeros(n_total)
-        for t in range(T):
-            c_leaf[test_leaf[t, j]] += coef[j]
-        wb, ab = _reverse_sweep(tb, c_leaf)
-        out[j, :] = wb
-        a0[j] = ab
-    return out, a0
-
-
-# ----------------------------------------------------------------------------------------------
-# Update sets (shared by forward mode and refit).
+            A[j, c] += sign * values[base + tb.leaf[t, j]]
 
 
 @_jit
-def _select_leaves(
+def select_leaves(
     tb: Tables, t: int, mode: int, k: int, change: NDArray[np.float64], selected: NDArray[np.bool_]
 ) -> bool:
     """Mark the update-set leaves of tree ``t`` in ``selected``; return True if all are selected.
 
-    TOPK ranks leaves by the accumulated ``sum |change_j|`` over their rows (ties: lower leaf first).
+    TOPK ranks leaves by the accumulated ``sum_j sum_c |change[j, c]|`` over their rows (ties:
+    lower leaf first).
     """
-    base = tb.leaf_off[t]
-    L = tb.leaf_off[t + 1] - base
+    L = tb.leaf_off[t + 1] - tb.leaf_off[t]
     if mode == ALL or (mode == TOPK and k >= L):
         selected[:L] = True
         return True
@@ -263,192 +91,121 @@ def _select_leaves(
     if mode == TOPK and k > 0:
         mass = np.zeros(L)
         for j in range(tb.leaf.shape[1]):
-            mass[tb.leaf[t, j]] += abs(change[j])
+            acc = 0.0
+            for c in range(change.shape[1]):
+                acc += abs(change[j, c])
+            mass[tb.leaf[t, j]] += acc
         order = np.argsort(-mass, kind="mergesort")
         for r in range(k):
             selected[order[r]] = True
     return False
 
 
-# ----------------------------------------------------------------------------------------------
-# Forward mode (LeafInfluence, paper Algorithm 4, with update sets).
+@_jit
+def step_point(
+    tb: Tables, r: int, s: int, A: NDArray[np.float64], j: int, mrow: NDArray[np.float64],
+    z: NDArray[np.float64],
+) -> None:
+    """Loss point ``z`` of row ``j`` at step ``s`` of round ``r`` of the *original* replay: its
+    margins ``A[j]`` entering the round plus the trees' cached in-tree moves."""
+    mrow[:] = A[j]
+    for t in range(tb.round_ptr[r], tb.round_ptr[r + 1]):
+        mrow[tb.out[t]] += tb.u_before[tb.sl_off[tb.step_ptr[t] + s] + tb.leaf[t, j]]
+    point(tb.code, tb.prm, mrow, z)
 
 
 @_jit
-def _forward_one(  # noqa: C901 -- one numba loop nest over trees and steps; helpers would cost calls
-    tb: Tables, i0: int, mode: int, k: int, d_base: float
-) -> NDArray[np.float64]:
-    """d leaf value / d w_i0 for every leaf (n_total,), per unit of effective weight.
+def round_sizes(tb: Tables) -> tuple[int, int]:
+    """The most leaves, and the most step-leaf slots, of any round."""
+    most_leaves, most_slots = 0, 0
+    for r in range(tb.round_ptr.shape[0] - 1):
+        t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
+        most_leaves = max(most_leaves, tb.leaf_off[t1] - tb.leaf_off[t0])
+        most_slots = max(most_slots, tb.sl_off[tb.step_ptr[t1]] - tb.sl_off[tb.step_ptr[t0]])
+    return most_leaves, most_slots
 
-    ``d_base`` is d initial margin / d w_i0 (0 when the base score is fixed).
+
+@numba.njit(cache=True)
+def replay(tb: Tables, A: NDArray[np.float64]) -> None:  # noqa: C901 -- one loop nest over rounds and steps
+    """Recompute every leaf value from the data and fill the caches of ``tb`` in place.
+
+    ``A`` (n, K) holds the initial margins on entry and the final ones on return; the recomputed
+    leaf values are ``tb.values``. Accepted step scales are taken as recorded (never re-decided).
+    Margins move by the *stored* leaf values, so every tree is recomputed at the booster's own
+    margins and a last-bit difference in one tree cannot cascade into the next.
     """
-    T, n = tb.leaf.shape
-    track = mode != NONE
-    J = np.full(n if track else 0, d_base)
-    out = np.empty(tb.leaf_off[T])
-    max_l = _max_leaves(tb)
-    selected = np.zeros(max_l, dtype=np.bool_)
-    for t in range(T):
-        base = tb.leaf_off[t]
-        L = tb.leaf_off[t + 1] - base
-        newton = tb.newton[t]
-        every = _select_leaves(tb, t, mode, k, J, selected) if track else False
-        du = np.zeros(L)
-        l0 = tb.leaf[t, i0]
-        for s in range(tb.n_steps[t]):
-            st = tb.step_ptr[t] + s
-            o = tb.sl_off[st]
-            dG = np.zeros(L)
-            dD = np.zeros(L)
-            if every:
-                for j in range(n):
-                    _, h, kk = derivatives(tb.loss, tb.y[j], tb.Z[st, j], tb.floor)
-                    lj = tb.leaf[t, j]
-                    dG[lj] += tb.w[j] * h * J[j]
-                    dD[lj] += tb.w[j] * kk * J[j]
-            elif track:
-                for lj in range(L):
-                    if selected[lj]:
-                        first = tb.leaf_first[base + lj]
-                        for r in range(first, first + tb.leaf_count[base + lj]):
-                            j = tb.rows_by_leaf[t, r]
-                            _, h, kk = derivatives(tb.loss, tb.y[j], tb.Z[st, j], tb.floor)
-                            dG[lj] += tb.w[j] * h * J[j]
-                            dD[lj] += tb.w[j] * kk * J[j]
-            g0, h0, _ = derivatives(tb.loss, tb.y[i0], tb.Z[st, i0], tb.floor)
-            dG[l0] += g0
-            for lj in range(L):
-                ddl = (dD[lj] + du[lj] * tb.SWK[o + lj]) if newton else 0.0
-                if lj == l0:
-                    ddl += h0 if newton else 1.0
-                ddl += tb.l2pw[t]
-                dgl = dG[lj] + du[lj] * tb.SWH[o + lj]
-                du[lj] += tb.scales[t, s] * (tb.RG[o + lj] * dgl + tb.RD[o + lj] * ddl)
-        for lj in range(L):
-            out[base + lj] = tb.lr[t] * du[lj]
-        if track:
+    n, K = A.shape
+    W = tb.w.sum() / n
+    u = np.zeros(tb.leaf_off[-1])
+    z = np.empty(tb.zsize)
+    g = np.empty(K)
+    h = np.empty(K)
+    mrow = np.empty(K)
+    unit = np.zeros(K)
+    dg = np.empty(K)
+    dh = np.empty(K)
+    group_sums = tb.GV.shape[0] > 0
+    for r in range(tb.round_ptr.shape[0] - 1):
+        t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
+        for s in range(tb.n_steps[t0]):  # trees sharing a round take one step each
+            for t in range(t0, t1):
+                o = tb.sl_off[tb.step_ptr[t] + s]
+                L = tb.leaf_off[t + 1] - tb.leaf_off[t]
+                tb.G[o : o + L] = 0.0
+                tb.H[o : o + L] = 0.0
+                if group_sums:
+                    tb.GV[o : o + L] = 0.0
+                    tb.HV[o : o + L] = 0.0
+            multi = tb.n_steps[t0] > 1
             for j in range(n):
-                J[j] += out[base + tb.leaf[t, j]]
-    return out
+                row_margin(tb, r, A, j, u, mrow)
+                point(tb.code, tb.prm, mrow, z)
+                grad_hess(tb.code, tb.prm, tb.y[j], z, g, h)
+                wj = tb.w[j]
+                for t in range(t0, t1):
+                    c = tb.out[t]
+                    sl = tb.sl_off[tb.step_ptr[t] + s] + tb.leaf[t, j]
+                    wg, wh = weighted(tb.code, g[c], h[c], wj, tb.f32)
+                    tb.G[sl] += wg
+                    tb.H[sl] += wh if tb.newton[t] else wj
+                    if group_sums:
+                        tb.GV[sl, tb.grp[j]] += tb.v[j] * g[c]
+                        tb.HV[sl, tb.grp[j]] += tb.v[j] * (h[c] if tb.newton[t] else 1.0)
+                    if multi:  # d/du of the sums, for the steps after this one
+                        unit[c] = 1.0
+                        jvp(tb.code, tb.prm, tb.y[j], z, unit, dg, dh)
+                        unit[c] = 0.0
+                        tb.SDG[sl] += wj * dg[c]
+                        tb.SDH[sl] += wj * dh[c]
+            for t in range(t0, t1):
+                base = tb.leaf_off[t]
+                o = tb.sl_off[tb.step_ptr[t] + s]
+                for lj in range(tb.leaf_off[t + 1] - base):
+                    lam = tb.l2[base + lj] + tb.l2m[t] * W
+                    d, rg, rd = leaf_step(tb.G[o + lj], tb.H[o + lj], lam, tb.l1[t], tb.mds[t])
+                    tb.u_before[o + lj] = u[base + lj]
+                    tb.RG[o + lj] = rg
+                    tb.RD[o + lj] = rd
+                    u[base + lj] += tb.scales[t, s] * d
+        for t in range(t0, t1):
+            for gl in range(tb.leaf_off[t], tb.leaf_off[t + 1]):
+                tb.values[gl] = tb.lr[t] * u[gl]
+                u[gl] = 0.0
+        add_round(tb, r, A, tb.stored, 1.0)
 
 
-@numba.njit(cache=True, parallel=True)
-def forward_many(
-    tb: Tables, rows: NDArray[np.int64], mode: int, k: int, d_base: NDArray[np.float64]
-) -> NDArray[np.float64]:
-    """:func:`_forward_one` for each of ``rows``; returns (len(rows), n_total)."""
-    out = np.empty((rows.shape[0], tb.leaf_off[-1]))
-    for b in numba.prange(rows.shape[0]):
-        out[b, :] = _forward_one(tb, rows[b], mode, k, d_base[b])
-    return out
-
-
-# ----------------------------------------------------------------------------------------------
-# LeafRefit (paper Algorithms 1-3, generalized to multi-step leaves): row i0's weight set to 0.
-
-
-@_jit
-def _refit_one(  # noqa: C901 -- one numba loop nest over trees and steps; helpers would cost calls
-    tb: Tables, i0: int, mode: int, k: int, base_shift: float
-) -> NDArray[np.float64]:
-    """New leaf values (n_total,) with row ``i0`` removed (weight 0), structure fixed.
-
-    ``base_shift`` = new initial margin - old one (0 when the base score is fixed).
-    """
-    T, n = tb.leaf.shape
-    track = mode != NONE
-    delta = np.full(n if track else 0, base_shift)
-    w_total = tb.w.sum() - tb.w[i0]
-    out = np.empty(tb.leaf_off[T])
-    max_l = _max_leaves(tb)
-    selected = np.zeros(max_l, dtype=np.bool_)
-    for t in range(T):
-        base = tb.leaf_off[t]
-        L = tb.leaf_off[t + 1] - base
-        newton = tb.newton[t]
-        every = _select_leaves(tb, t, mode, k, delta, selected) if track else False
-        u = np.zeros(L)
-        l0 = tb.leaf[t, i0]
-        for s in range(tb.n_steps[t]):
-            st = tb.step_ptr[t] + s
-            o = tb.sl_off[st]
-            G = np.zeros(L)
-            H = np.zeros(L)
-            if every:
-                for j in range(n):
-                    if j != i0:
-                        lj = tb.leaf[t, j]
-                        g, h, _ = derivatives(
-                            tb.loss, tb.y[j], point(tb.loss, tb.margin_before[t, j] + delta[j] + u[lj]),
-                            tb.floor,
-                        )
-                        wg, wh = weighted_gh(tb.loss, g, h, tb.w[j], tb.f32)
-                        G[lj] += wg
-                        H[lj] += wh if newton else tb.w[j]
-            else:
-                for lj in range(L):
-                    shifted = selected[lj]
-                    if not shifted and u[lj] == tb.u_before[o + lj]:
-                        # Nothing in this leaf moved: the cached sums minus row i0's share.
-                        G[lj] = tb.G[o + lj]
-                        H[lj] = tb.H[o + lj]
-                        if lj == l0:
-                            g0, h0, _ = derivatives(tb.loss, tb.y[i0], tb.Z[st, i0], tb.floor)
-                            wg0, wh0 = weighted_gh(tb.loss, g0, h0, tb.w[i0], tb.f32)
-                            G[lj] -= wg0
-                            H[lj] -= wh0 if newton else tb.w[i0]
-                        continue
-                    first = tb.leaf_first[base + lj]
-                    for r in range(first, first + tb.leaf_count[base + lj]):
-                        j = tb.rows_by_leaf[t, r]
-                        if j != i0:
-                            m = tb.margin_before[t, j] + u[lj]
-                            if shifted:
-                                m += delta[j]
-                            g, h, _ = derivatives(tb.loss, tb.y[j], point(tb.loss, m), tb.floor)
-                            wg, wh = weighted_gh(tb.loss, g, h, tb.w[j], tb.f32)
-                            G[lj] += wg
-                            H[lj] += wh if newton else tb.w[j]
-            for lj in range(L):
-                lam = tb.l2[base + lj] + tb.l2pw[t] * w_total
-                d, _, _ = leaf_step(G[lj], H[lj], lam, tb.l1[t], tb.mds[t])
-                u[lj] += tb.scales[t, s] * d
-        for lj in range(L):
-            out[base + lj] = tb.lr[t] * u[lj]
-        if track:
-            for j in range(n):
-                g_leaf = base + tb.leaf[t, j]
-                delta[j] += out[g_leaf] - tb.values[g_leaf]
-    return out
-
-
-@numba.njit(cache=True, parallel=True)
-def refit_many(
-    tb: Tables, rows: NDArray[np.int64], mode: int, k: int, base_shift: NDArray[np.float64]
-) -> NDArray[np.float64]:
-    """:func:`_refit_one` for each of ``rows``; returns new leaf values (len(rows), n_total)."""
-    out = np.empty((rows.shape[0], tb.leaf_off[-1]))
-    for b in numba.prange(rows.shape[0]):
-        out[b, :] = _refit_one(tb, rows[b], mode, k, base_shift[b])
-    return out
-
-
-# ----------------------------------------------------------------------------------------------
-# Test side.
-
-
-@numba.njit(cache=True, parallel=True)
+@numba.njit(cache=True, nogil=True)
 def leaf_sums(
-    leaf_delta: NDArray[np.float64], base_delta: NDArray[np.float64], test_leaf: NDArray[np.int64]
+    tb: Tables, leaf_delta: NDArray[np.float64], base_delta: NDArray[np.float64], test_leaf: NDArray[np.int64]
 ) -> NDArray[np.float64]:
-    """``out[b, j] = base_delta[b] + sum_t leaf_delta[b, test_leaf[t, j]]``, shape (B, m)."""
+    """Margin changes of test points: ``out[b, j, c] = base_delta[b, c] + sum_{t: out[t] = c}
+    leaf_delta[b, test_leaf[t, j]]``, shape (B, m, K). ``test_leaf`` (T, m) holds global leaves."""
     B = leaf_delta.shape[0]
     T, m = test_leaf.shape
-    out = np.empty((B, m))
-    for b in numba.prange(B):
+    out = np.empty((B, m, tb.K))
+    for b in range(B):
         for j in range(m):
-            acc = base_delta[b]
+            out[b, j, :] = base_delta[b]
             for t in range(T):
-                acc += leaf_delta[b, test_leaf[t, j]]
-            out[b, j] = acc
+                out[b, j, tb.out[t]] += leaf_delta[b, test_leaf[t, j]]
     return out

@@ -138,7 +138,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     e = ex.engine_.ensemble
     print(
         f"Supported: the {ex.adapter_.library} model ({e.n_trees} trees, {e.n_total_leaves} leaves, "
-        f"{e.loss}) is reproduced from {e.n_rows} training rows with relative residual "
+        f"{e.loss.name}) is reproduced from {e.n_rows} training rows with relative residual "
         f"{ex.reproduction_residual_:.2e} (tolerance {ex.adapter_.rtol:.0e})."
     )
     return 0

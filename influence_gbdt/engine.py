@@ -2,8 +2,8 @@
 
 The engine takes a :class:`~influence_gbdt.ensemble.TreeEnsemble` (the ensemble as seen on its
 training set) and knows nothing about any booster. It replays the ensemble once (recomputing every
-leaf value, which is the adapters' self-check, and caching each step's loss point and per-leaf
-sums), then scores training rows against test points given by their leaves.
+leaf value, which is the adapters' self-check, and caching each step's per-leaf sums), then
+scores training rows against test points given by their leaves.
 
 Sign convention, everywhere: **score > 0 means the training row is harmful** to that test point
 (removing or downweighting it lowers that test loss). With ``on="prediction"`` a score > 0 means
@@ -12,28 +12,37 @@ the row raises the test margin.
 Methods (Sharchilev et al., 2018):
 
 - ``leaf_refit``: ``L(y_j, F(x_j)) - L(y_j, F_without_i(x_j))`` where ``F_without_i`` keeps every
-  tree's structure and recomputes leaf values tree by tree with row ``i``'s weight set to 0.
-- ``leaf_influence``: ``dL(y_j, F(x_j; w)) / dw_i`` through the same fixed-structure map.
-  With ``update_set="all_points"`` it is computed exactly by reverse mode (one backward sweep per
-  objective, O(T n)), otherwise by forward mode (the paper's Algorithm 4) with the update set.
-- Update sets: ``"all_points"``, ``"single_point"`` (U = empty) and ``"top_k_leaves"`` (Eq. 3).
+  tree's structure and recomputes the leaf values tree by tree with row ``i`` *deleted* (as
+  retraining without it would: the row count, class factors the booster derives from the data, the
+  base margin and backtracking decisions follow).
+- ``leaf_influence``: ``dL(y_j, F(x_j; v)) / dv_i``, the derivative with respect to the user's
+  weight of row ``i`` through the same fixed-structure map (with backtracking, the accepted step
+  scales are held: they are piecewise constant in the weights, so this is the derivative almost
+  everywhere). With ``update_set="all_points"`` it is computed exactly by reverse mode (one
+  backward sweep per objective, O(T n)), otherwise by forward mode (the paper's Algorithm 4).
+- Update sets: ``"all_points"``, ``"single_point"`` (U = {i}: only the row's own prediction change
+  is propagated, as in the paper's reference code) and ``"top_k_leaves"`` (Eq. 3, plus the row).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
 
+import numba
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from . import _kernels as K
+from ._forward import forward_many
+from ._refit import refit_many
+from ._reverse import reverse
+from ._tables import build_tables
 from .ensemble import TreeEnsemble
 from .errors import InputError, ReproductionError
-from .losses import LOSS_CODES, constant_from_mean, derivatives, point
-from .losses import gradients as loss_gradients
-from .losses import values as loss_values
 
 UpdateSet = Literal["all_points", "single_point", "top_k_leaves"]
 Objective = Literal["loss", "prediction"]
@@ -41,6 +50,8 @@ Aggregate = Literal["mean", "sum"] | None
 Progress = Callable[[int], None] | None
 
 _MODES = {"all_points": K.ALL, "single_point": K.NONE, "top_k_leaves": K.TOPK}
+#: Memory (bytes) one reverse-mode batch may use for its per-row adjoints.
+_REVERSE_BATCH_BYTES = 128e6
 
 
 @dataclass(frozen=True, eq=False)
@@ -51,7 +62,7 @@ class TestPoints:
     ----------
     leaf_index : ndarray of shape (T, m)
         Leaf of each test point in each tree, numbered like the ensemble's ``leaf_index``.
-    offset : ndarray of shape (m,), optional
+    offset : ndarray of shape (m,) or (m, K), optional
         Per-point offset of the initial margin (user base margin); default 0.
     y : ndarray of shape (m,), optional
         Labels; required to score the loss, not the prediction.
@@ -71,41 +82,43 @@ class InfluenceEngine:
     ----------
     ensemble : TreeEnsemble
         The description produced by an adapter (or built directly for tests).
+    n_threads : int, optional
+        Threads for scoring (default: numba's thread count).
 
     Attributes
     ----------
     ensemble : TreeEnsemble
     leaf_values : ndarray of shape (n_total,)
-        Leaf values recomputed from the data (the engine's model uses these, not the stored ones).
-    train_margin : ndarray of shape (n,)
-        The recomputed model's margins on the training rows.
+        Leaf values recomputed from the data, each tree at the margins of the stored earlier trees
+        (the self-check); scores are changes relative to them.
+    train_margin : ndarray of shape (n,) or (n, K)
+        The model's margins on the training rows (from the stored leaf values).
     tree_residual : ndarray of shape (T,)
         max |recomputed - stored| leaf value per tree.
     residual, relative_residual : float
         max of ``tree_residual``, and the same divided by max |stored leaf value|.
     """
 
-    def __init__(self, ensemble: TreeEnsemble) -> None:
-        self.ensemble = ensemble
-        e = ensemble
-        self._loss = LOSS_CODES[e.loss]
-        self._tables = _build_tables(e, self._loss)
-        a0 = e.init_offset + e.base_margin
-        values, margin = K.replay(self._tables, a0)
-        self.leaf_values: NDArray[np.float64] = values
-        self.train_margin: NDArray[np.float64] = margin
-        diff = np.abs(values - e.leaf_values)
+    def __init__(self, ensemble: TreeEnsemble, n_threads: int | None = None) -> None:
+        self.ensemble = e = ensemble
+        if e.n_rows < 2:
+            raise InputError("The ensemble needs at least two training rows.")
+        self.n_threads = max(1, int(n_threads or numba.get_num_threads()))
+        self._dfac = self._combined_factor_derivative()
+        self._tables = build_tables(e, group_sums=self._dfac is not None)
+        self._A0 = np.ascontiguousarray(e.init_offset + e.base_margin[None, :])
+        margin = self._A0.copy()
+        K.replay(self._tables, margin)
+        self._margin = margin
+        self.leaf_values: NDArray[np.float64] = self._tables.values
+        self.train_margin: NDArray[np.float64] = margin[:, 0] if e.n_outputs == 1 else margin
+        diff = np.abs(self.leaf_values - e.leaf_values)
         self.tree_residual: NDArray[np.float64] = np.maximum.reduceat(diff, e.leaf_offset[:-1])
         self.residual = float(diff.max())
         scale = float(np.abs(e.leaf_values).max())
         self.relative_residual = self.residual / scale if scale > 0 else self.residual
-        # d base margin / d w_i (effective weight) when it is re-estimated: implicit function
-        # theorem on sum_j w_j g(y_j, b) = 0  ->  db/dw_i = -g(y_i, b) / sum_j w_j h(y_j, b).
-        zb = point(self._loss, e.base_margin)
-        g_b = np.array([derivatives(self._loss, yi, zb, 0.0)[0] for yi in (0.0, 1.0)])
-        h_b = derivatives(self._loss, 0.0, zb, 0.0)[1]
-        g_rows = g_b[0] + (g_b[1] - g_b[0]) * e.y  # g is affine in y for both losses
-        self._dbase_dw = -g_rows / float(np.dot(e.sample_weight, np.full(e.n_rows, h_b)))
+        self._group_v = np.bincount(e.weight_group, e.user_weight, e.n_groups)
+        self._dbase_all: NDArray[np.float64] | None = None
 
     # ------------------------------------------------------------------------------------------
     # Self-check and predictions.
@@ -130,9 +143,9 @@ class InfluenceEngine:
             )
 
     def predict_margin(self, test: TestPoints) -> NDArray[np.float64]:
-        """The engine's margin for each test point, ndarray of shape (m,)."""
+        """The engine's margin for each test point, ndarray of shape (m,) (or (m, K))."""
         leaves, offset, _ = self._test_arrays(test, need_y=False)
-        return self._margin(leaves, offset)
+        return self._squeeze(self._margins(leaves, offset))
 
     # ------------------------------------------------------------------------------------------
     # Leaf-level results.
@@ -144,20 +157,20 @@ class InfluenceEngine:
         k: int | None = None,
         refit_base: bool = True,
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """Leaf values recomputed without each of ``rows`` (weight set to 0), structure fixed.
+        """Leaf values recomputed with each of ``rows`` deleted, structure fixed.
 
         Returns
         -------
         values : ndarray of shape (len(rows), n_total)
-        base_margin : ndarray of shape (len(rows),)
+        base_margin : ndarray of shape (len(rows),) (or (len(rows), K))
             The initial margin without the row (re-estimated if ``refit_base`` and the ensemble's
             booster would re-estimate it, else the stored one).
         """
         idx = self.resolve_rows(rows)
         mode, kk = self._mode(update_set, k)
         shift = self._base_shift(idx, refit_base)
-        values = K.refit_many(self._tables, idx, mode, kk, shift)
-        return values, self.ensemble.base_margin + shift
+        values = self._refit(idx, mode, kk, shift)
+        return values, self._squeeze(self.ensemble.base_margin[None, :] + shift)
 
     def leaf_value_derivatives(
         self,
@@ -166,20 +179,18 @@ class InfluenceEngine:
         k: int | None = None,
         refit_base: bool = True,
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """d leaf value / d w_i for each of ``rows`` by forward mode (paper's Algorithm 4).
+        """d leaf value / d v_i for each of ``rows`` by forward mode (paper's Algorithm 4).
 
         Returns
         -------
         d_values : ndarray of shape (len(rows), n_total)
-        d_base : ndarray of shape (len(rows),)
+        d_base : ndarray of shape (len(rows),) (or (len(rows), K))
             Both per unit of the user's sample weight of the row.
         """
         idx = self.resolve_rows(rows)
         mode, kk = self._mode(update_set, k)
         d_base = self._dbase(idx, refit_base)
-        d_values = K.forward_many(self._tables, idx, mode, kk, d_base)
-        scale = self.ensemble.weight_scale[idx]
-        return d_values * scale[:, None], d_base * scale
+        return self._forward(idx, mode, kk, d_base), self._squeeze(d_base)
 
     # ------------------------------------------------------------------------------------------
     # Scores.
@@ -203,7 +214,7 @@ class InfluenceEngine:
         ----------
         test : TestPoints
         rows : array-like of int, optional
-            Training rows to remove, one at a time; default all.
+            Training rows to delete, one at a time; default all.
         update_set, k : the update set (``k`` leaves for ``"top_k_leaves"``).
         refit_base : bool
             Re-estimate the base margin without the row where the booster would.
@@ -211,7 +222,7 @@ class InfluenceEngine:
         aggregate : {None, "mean", "sum"}
             Combine the scores over test points.
         chunk_size : int
-            Rows removed per batch; memory is O(chunk_size * (n_total + m)).
+            Rows deleted per batch; memory is O(chunk_size * (n_total + m)).
         progress : callable, optional
             Called with the number of rows finished after each batch.
 
@@ -219,23 +230,25 @@ class InfluenceEngine:
         -------
         ndarray of shape (len(rows), m), or (len(rows),) when aggregated. > 0 = harmful.
         """
+        _check_aggregate(aggregate)
         leaves, offset, y = self._test_arrays(test, need_y=on == "loss")
-        f_test = self._margin(leaves, offset)
-        loss_test = None if y is None else loss_values(self._loss, y, f_test)
+        f_test = self._margins(leaves, offset)
+        loss = self.ensemble.loss
+        loss_test = None if y is None else loss.values(y, f_test)
         idx = self.resolve_rows(rows)
         mode, kk = self._mode(update_set, k)
 
         def batch(chunk: NDArray[np.int64]) -> NDArray[np.float64]:
             shift = self._base_shift(chunk, refit_base)
-            new_values = K.refit_many(self._tables, chunk, mode, kk, shift)
-            d_f = K.leaf_sums(new_values - self.leaf_values, shift, leaves)
+            new_values = self._refit(chunk, mode, kk, shift, threads=1)
+            d_f = K.leaf_sums(self._tables, new_values - self.leaf_values[None, :], shift, leaves)
             if y is None or loss_test is None:
-                return -d_f
-            new_f = f_test[None, :] + d_f
-            new_loss = loss_values(self._loss, np.broadcast_to(y, new_f.shape).ravel(), new_f.ravel())
-            return loss_test[None, :] - new_loss.reshape(new_f.shape)
+                return -d_f[:, :, 0]
+            new_f = f_test[None, :, :] + d_f
+            new_loss = loss.values(np.tile(y, chunk.size), new_f.reshape(-1, new_f.shape[2]))
+            return loss_test[None, :] - new_loss.reshape(chunk.size, -1)
 
-        return _chunked(batch, idx, chunk_size, aggregate, progress)
+        return self._chunked(batch, idx, chunk_size, aggregate, progress)
 
     def leaf_influence(
         self,
@@ -249,7 +262,7 @@ class InfluenceEngine:
         chunk_size: int = 64,
         progress: Progress = None,
     ) -> NDArray[np.float64]:
-        """LeafInfluence scores ``dL(y_j, F(x_j)) / dw_i`` (``on="prediction"``: ``dF(x_j)/dw_i``).
+        """LeafInfluence scores ``dL(y_j, F(x_j)) / dv_i`` (``on="prediction"``: ``dF(x_j)/dv_i``).
 
         With ``update_set="all_points"`` the result is exact, by reverse mode (one sweep per test
         point, or one in all when aggregated; see :meth:`influence_reverse`) or, when fewer training
@@ -260,8 +273,7 @@ class InfluenceEngine:
         n_test = np.asarray(test.leaf_index).shape[1]
         if self.uses_reverse(update_set, self.resolve_rows(rows).size, n_test, aggregate):
             return self.influence_reverse(
-                test, rows=rows, refit_base=refit_base, on=on, aggregate=aggregate,
-                chunk_size=chunk_size, progress=progress,
+                test, rows=rows, refit_base=refit_base, on=on, aggregate=aggregate, progress=progress,
             )
         return self.influence_forward(
             test, rows=rows, update_set=update_set, k=k, refit_base=refit_base, on=on,
@@ -290,15 +302,19 @@ class InfluenceEngine:
     ) -> NDArray[np.float64]:
         """LeafInfluence by forward mode, one training row at a time (O(T n) per row with
         ``all_points``). Same parameters and return as :meth:`leaf_refit`."""
+        _check_aggregate(aggregate)
         leaves, offset, y = self._test_arrays(test, need_y=on == "loss")
         coef = self._test_coef(leaves, offset, y)
         idx = self.resolve_rows(rows)
+        mode, kk = self._mode(update_set, k)
 
         def batch(chunk: NDArray[np.int64]) -> NDArray[np.float64]:
-            d_values, d_base = self.leaf_value_derivatives(chunk, update_set, k, refit_base)
-            return K.leaf_sums(d_values, d_base, leaves) * coef[None, :]
+            d_base = self._dbase(chunk, refit_base)
+            d_values = self._forward(chunk, mode, kk, d_base, threads=1)
+            d_f = K.leaf_sums(self._tables, d_values, d_base, leaves)
+            return np.einsum("bjc,jc->bj", d_f, coef)
 
-        return _chunked(batch, idx, chunk_size, aggregate, progress)
+        return self._chunked(batch, idx, chunk_size, aggregate, progress)
 
     def influence_reverse(
         self,
@@ -307,18 +323,19 @@ class InfluenceEngine:
         refit_base: bool = True,
         on: Objective = "loss",
         aggregate: Aggregate = None,
-        chunk_size: int = 256,
+        chunk_size: int = 64,
         progress: Progress = None,
     ) -> NDArray[np.float64]:
         """Exact all_points LeafInfluence of every training row by reverse mode (adjoint).
 
         One backward sweep over the trees per objective (a test point, or the mean/sum over the
-        test set when ``aggregate`` is set), O(T n) each, instead of O(T n) per *training row*.
+        test set when ``aggregate`` is set), O(T n) each, instead of O(T n) per *training row*;
+        a batch of objectives shares one sweep.
 
         Parameters
         ----------
         chunk_size : int
-            Test points swept together; memory is O(chunk_size * n).
+            Most test points swept together (fewer when the training set is large).
         progress : callable, optional
             Called with the number of test points finished after each batch.
 
@@ -326,45 +343,146 @@ class InfluenceEngine:
         -------
         ndarray of shape (len(rows), m), or (len(rows),) when aggregated. > 0 = harmful.
         """
+        _check_aggregate(aggregate)
         leaves, offset, y = self._test_arrays(test, need_y=on == "loss")
         coef = self._test_coef(leaves, offset, y)
         idx = self.resolve_rows(rows)
         e = self.ensemble
-        d_base = self._dbase(np.arange(e.n_rows), refit_base)
+        d_base = self._dbase_every_row(refit_base)
         if aggregate is not None:
-            if aggregate == "mean":
-                coef = coef / coef.size
-            c_leaf = np.bincount(leaves.ravel(), weights=np.tile(coef, leaves.shape[0]),
-                                 minlength=e.n_total_leaves).astype(np.float64, copy=False)
-            w_bar, a0_bar = K.reverse_one(self._tables, c_leaf)
-            total = (w_bar + (a0_bar + coef.sum()) * d_base) * e.weight_scale
+            total_coef = coef.sum(axis=0) / (coef.shape[0] if aggregate == "mean" else 1.0)
+            per_point = coef / (coef.shape[0] if aggregate == "mean" else 1.0)
+            c_leaf = self._leaf_coefficients(leaves, per_point, aggregate=True)
+            scores = self._reverse_scores(c_leaf, total_coef[None, :], d_base)[0]
             if progress is not None:
-                progress(leaves.shape[1])
-            return total[idx]
-        out = np.empty((idx.size, leaves.shape[1]))
-        for start in range(0, leaves.shape[1], chunk_size):
-            sl = slice(start, start + chunk_size)
-            w_bars, a0_bars = K.reverse_many(self._tables, np.ascontiguousarray(leaves[:, sl]), coef[sl])
-            block = w_bars + (a0_bars + coef[sl])[:, None] * d_base[None, :]
-            out[:, sl] = (block * e.weight_scale[None, :]).T[idx]
+                progress(1)
+            return scores[idx]
+        m = leaves.shape[1]
+        fits = int(_REVERSE_BATCH_BYTES / (8.0 * e.n_rows * (e.n_outputs + 1)))
+        per_batch = max(1, min(int(chunk_size), fits))
+        out = np.empty((idx.size, m))
+        chunks = [np.arange(s, min(s + per_batch, m)) for s in range(0, m, per_batch)]
+
+        def batch(cols: NDArray[np.int64]) -> NDArray[np.float64]:
+            c_leaf = self._leaf_coefficients(leaves[:, cols], coef[cols], aggregate=False)
+            return self._reverse_scores(c_leaf, coef[cols], d_base)
+
+        for cols, block in zip(chunks, self._map(batch, chunks), strict=True):
+            out[:, cols] = block[:, idx].T
             if progress is not None:
-                progress(block.shape[0])
+                progress(cols.size)
         return out
 
     # ------------------------------------------------------------------------------------------
     # Helpers.
 
-    def _margin(self, leaves: NDArray[np.int64], offset: NDArray[np.float64]) -> NDArray[np.float64]:
-        one = np.zeros(1)
-        return K.leaf_sums(self.leaf_values[None, :], one + self.ensemble.base_margin, leaves)[0] + offset
+    def _squeeze(self, a: NDArray[np.float64]) -> NDArray[np.float64]:
+        return a[..., 0] if self.ensemble.n_outputs == 1 else a
+
+    def _map(self, fn: Callable[[NDArray[np.int64]], NDArray[np.float64]],
+             chunks: list[NDArray[np.int64]]) -> Iterator[NDArray[np.float64]]:
+        """``fn`` over ``chunks`` on the engine's threads (the kernels release the GIL), in order."""
+        if self.n_threads == 1 or len(chunks) == 1:
+            return map(fn, chunks)
+        pool = ThreadPoolExecutor(max_workers=self.n_threads)
+        results = pool.map(fn, chunks)
+        pool.shutdown(wait=False)
+        return results
+
+    def _refit(self, idx: NDArray[np.int64], mode: int, k: int, shift: NDArray[np.float64],
+               threads: int | None = None) -> NDArray[np.float64]:
+        fac_new, changed = self._factors_without(idx)
+        tb, A0 = self._tables, self._A0
+        return self._split_rows(
+            lambda sl: refit_many(tb, A0, idx[sl], mode, k, shift[sl], fac_new[sl], changed[sl]),
+            idx.size, threads)
+
+    def _forward(self, idx: NDArray[np.int64], mode: int, k: int, d_base: NDArray[np.float64],
+                 threads: int | None = None) -> NDArray[np.float64]:
+        d_fac, d_sumw = self._factor_derivatives(idx)
+        tb, A0 = self._tables, self._A0
+        return self._split_rows(
+            lambda sl: forward_many(tb, A0, idx[sl], mode, k, d_base[sl], d_fac[sl], d_sumw[sl]),
+            idx.size, threads)
+
+    def _split_rows(self, fn: Callable[[slice], NDArray[np.float64]], n: int,
+                    threads: int | None) -> NDArray[np.float64]:
+        """Run ``fn`` over contiguous slices of ``n`` rows on up to ``threads`` threads, stacked."""
+        parts = max(1, min(n, threads or self.n_threads))
+        bounds = np.linspace(0, n, parts + 1).astype(int)
+        slices = [slice(int(a), int(b)) for a, b in itertools.pairwise(bounds)]
+        if parts == 1:
+            return fn(slices[0])
+        with ThreadPoolExecutor(max_workers=parts) as pool:
+            return np.concatenate(list(pool.map(fn, slices)), axis=0)
+
+    def _chunked(
+        self,
+        batch: Callable[[NDArray[np.int64]], NDArray[np.float64]],
+        idx: NDArray[np.int64],
+        chunk_size: int,
+        aggregate: Aggregate,
+        progress: Progress,
+    ) -> NDArray[np.float64]:
+        """Run ``batch`` over chunks of training rows on the engine's threads, aggregating over
+        test points if asked."""
+        size = max(int(chunk_size), 1)
+        chunks = [idx[s : s + size] for s in range(0, idx.size, size)]
+        parts = []
+        for scores in self._map(batch, chunks):
+            if aggregate == "mean":
+                scores = scores.mean(axis=1)
+            elif aggregate == "sum":
+                scores = scores.sum(axis=1)
+            parts.append(scores)
+            if progress is not None:
+                progress(scores.shape[0])
+        if not parts:
+            return np.empty((0,) if aggregate else (0, 0))
+        return np.concatenate(parts, axis=0)
+
+    def _reverse_scores(
+        self, c_leaf: NDArray[np.float64], coef_sum: NDArray[np.float64], d_base: NDArray[np.float64]
+    ) -> NDArray[np.float64]:
+        """Scores per unit of user weight of every training row, (B, n), for objectives whose
+        leaf coefficients are ``c_leaf`` (B, n_total) and whose test margins' derivative summed
+        over their test points is ``coef_sum`` (B, K) (the base margin's direct channel)."""
+        e = self.ensemble
+        w_bar, a0_bar, big_w_bar = reverse(self._tables, self._margin, np.ascontiguousarray(c_leaf))
+        total = e.weight_factor[None, :] * (w_bar + big_w_bar[:, None])
+        total += (a0_bar + coef_sum) @ d_base.T
+        if self._dfac is not None:
+            gamma = np.stack([np.bincount(e.weight_group, e.user_weight * wb, e.n_groups) for wb in w_bar])
+            total += (gamma + big_w_bar[:, None] * self._group_v[None, :]) @ self._dfac.T
+        return total
+
+    def _leaf_coefficients(
+        self, leaves: NDArray[np.int64], coef: NDArray[np.float64], aggregate: bool
+    ) -> NDArray[np.float64]:
+        """d objective / d leaf value: (1, n_total) for the aggregate of all test points, else
+        (m, n_total), one row per test point. ``coef`` (m, K) = d objective / d test margin."""
+        e = self.ensemble
+        per_tree = coef[:, e.tree_output].T  # (T, m): each tree's output's coefficient
+        if aggregate:
+            return np.bincount(leaves.ravel(), per_tree.ravel(), e.n_total_leaves).astype(np.float64)[None, :]
+        m = leaves.shape[1]
+        out = np.zeros((m, e.n_total_leaves))
+        np.add.at(out, (np.broadcast_to(np.arange(m), leaves.shape), leaves), per_tree)
+        return out
+
+    def _margins(self, leaves: NDArray[np.int64], offset: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Test margins (m, K) of points with global leaves ``leaves`` (T, m), from the stored leaf
+        values: the model as the booster predicts with it."""
+        e = self.ensemble
+        return K.leaf_sums(self._tables, e.leaf_values[None, :], e.base_margin[None, :], leaves)[0] + offset
 
     def _test_coef(
         self, leaves: NDArray[np.int64], offset: NDArray[np.float64], y: NDArray[np.float64] | None
     ) -> NDArray[np.float64]:
-        """dObjective/dF per test point: L'(y, F) for the loss, 1 for the prediction."""
+        """dObjective/dF per test point, (m, K): L'(y, F) for the loss, 1 for the prediction."""
         if y is None:
-            return np.ones(leaves.shape[1])
-        return loss_gradients(self._loss, y, self._margin(leaves, offset))
+            return np.ones((leaves.shape[1], self.ensemble.n_outputs))
+        return self.ensemble.loss.gradients(y, self._margins(leaves, offset))
 
     def _test_arrays(
         self, test: TestPoints, need_y: bool
@@ -379,9 +497,12 @@ class InfluenceEngine:
             raise InputError("Test leaf indices hold a leaf number outside a tree's leaves.")
         m = local.shape[1]
         leaves = np.ascontiguousarray(local.astype(np.int64) + e.leaf_offset[:-1, None])
-        offset = np.zeros(m) if test.offset is None else np.asarray(test.offset, dtype=np.float64)
-        if offset.shape != (m,):
-            raise InputError(f"Test offset must have shape ({m},), got {offset.shape}.")
+        K_ = e.n_outputs
+        offset = np.zeros((m, K_)) if test.offset is None else np.asarray(test.offset, dtype=np.float64)
+        if offset.shape == (m,) and K_ == 1:
+            offset = offset[:, None]
+        if offset.shape != (m, K_):
+            raise InputError(f"Test offset must have shape ({m},) or ({m}, {K_}), got {offset.shape}.")
         if not need_y:
             return leaves, offset, None
         if test.y is None:
@@ -389,10 +510,7 @@ class InfluenceEngine:
         y = np.asarray(test.y, dtype=np.float64)
         if y.shape != (m,):
             raise InputError(f"Test labels must have shape ({m},), got {y.shape}.")
-        if not np.all(np.isfinite(y)):
-            raise InputError("Test labels contain NaN or infinite values.")
-        if e.loss == "logloss" and (y.min() < 0 or y.max() > 1):
-            raise InputError("Test labels for a binary classifier must lie in [0, 1].")
+        e.loss.check_labels(y, "test labels")
         return leaves, offset, y
 
     def resolve_rows(self, rows: ArrayLike | None) -> NDArray[np.int64]:
@@ -419,84 +537,97 @@ class InfluenceEngine:
         if mode == K.TOPK:
             if k is None or int(k) < 1:
                 raise InputError("update_set='top_k_leaves' needs k >= 1 (leaves updated per tree).")
-            return mode, int(k)
+            return mode, int(min(k, np.iinfo(np.int32).max))
         return mode, 0
 
+    # -- class factors and the base margin ------------------------------------------------------
+
+    def _factors_without(self, idx: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+        """Dataset and objective factors with each row of ``idx`` deleted, (B, 2, G), and whether
+        they changed, (B,)."""
+        e = self.ensemble
+        new = np.empty((idx.size, 2, e.n_groups))
+        for k, (table, now) in enumerate(((e.dataset_factor_without, e.dataset_factor),
+                                          (e.objective_factor_without, e.objective_factor))):
+            new[:, k] = now[None, :] if table is None else table[idx]
+        now_both = np.stack([e.dataset_factor, e.objective_factor])
+        return new, np.any(new != now_both[None], axis=(1, 2))
+
+    def _combined_factor_derivative(self) -> NDArray[np.float64] | None:
+        """d (dataset factor * objective factor) / d v_i, (n, G), or None when zero."""
+        e = self.ensemble
+        if e.dataset_factor_derivative is None and e.objective_factor_derivative is None:
+            return None
+        out = np.zeros((e.n_rows, e.n_groups))
+        if e.dataset_factor_derivative is not None:
+            out += e.dataset_factor_derivative * e.objective_factor[None, :]
+        if e.objective_factor_derivative is not None:
+            out += e.objective_factor_derivative * e.dataset_factor[None, :]
+        return out
+
+    def _factor_derivatives(self, idx: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """d (combined factors) / d v_i (B, G) and d (sum of effective weights) / d v_i (B,)."""
+        e = self.ensemble
+        own = e.weight_factor[idx]
+        if self._dfac is None:
+            return np.zeros((idx.size, e.n_groups)), own
+        d_fac = np.ascontiguousarray(self._dfac[idx])
+        return d_fac, own + d_fac @ self._group_v
+
     def _refits_base(self, refit_base: bool) -> bool:
-        return bool(refit_base and self.ensemble.base_margin_refit)
+        return bool(refit_base and self.ensemble.base_rule != "fixed")
+
+    def _base_statistics(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Per group: sum of d*y and sum of d over the dataset weights d (the base estimate's
+        sufficient statistics)."""
+        e = self.ensemble
+        d = e.dataset_weight
+        sums = np.bincount(e.weight_group, d * e.y, e.n_groups), np.bincount(e.weight_group, d, e.n_groups)
+        return sums[0].astype(np.float64), sums[1].astype(np.float64)
 
     def _base_shift(self, idx: NDArray[np.int64], refit_base: bool) -> NDArray[np.float64]:
-        """New minus old base margin with each row's weight set to 0."""
-        if not self._refits_base(refit_base):
-            return np.zeros(idx.size)
+        """New minus old base margin with each row of ``idx`` deleted, shape (B, K).
+
+        Where the deletion changes the dataset factors, each group's sums scale by new / old factor
+        (exact up to the float32 rounding of the dataset weights)."""
         e = self.ensemble
+        if not self._refits_base(refit_base):
+            return np.zeros((idx.size, e.n_outputs))
+        sy, sd = self._base_statistics()
+        own = np.zeros((idx.size, e.n_groups))
+        own[np.arange(idx.size), e.weight_group[idx]] = 1.0
+        d_i = e.dataset_weight[idx, None]
+        old = np.where(e.dataset_factor > 0, e.dataset_factor, 1.0)
+        scale = (np.ones((idx.size, e.n_groups)) if e.dataset_factor_without is None
+                 else e.dataset_factor_without[idx] / old[None, :])
+        num = ((sy[None, :] - own * d_i * e.y[idx, None]) * scale).sum(1)
+        den = ((sd[None, :] - own * d_i) * scale).sum(1)
         # New minus *stored* margin: a retrained booster stores its new constant rounded as the
         # old one was (CatBoost: float32), so this matches true retraining to one rounding.
-        return _constant_without(self._loss, e.y, e.sample_weight, idx) - e.base_margin
+        return (e.loss.mean_link(num / den) - e.base_margin[0])[:, None]
 
     def _dbase(self, idx: NDArray[np.int64], refit_base: bool) -> NDArray[np.float64]:
+        """d base margin / d v_i for each row of ``idx``, shape (B, K)."""
+        return self._dbase_every_row(refit_base)[idx]
+
+    def _dbase_every_row(self, refit_base: bool) -> NDArray[np.float64]:
+        e = self.ensemble
         if not self._refits_base(refit_base):
-            return np.zeros(idx.size)
-        return self._dbase_dw[idx]
+            return np.zeros((e.n_rows, e.n_outputs))
+        if self._dbase_all is None:
+            sy, sd = self._base_statistics()
+            total = float(sd.sum())
+            mean = float(sy.sum()) / total
+            d_mean = e.dataset_factor[e.weight_group] * (e.y - mean)
+            if e.dataset_factor_derivative is not None:
+                safe = np.where(e.dataset_factor > 0, e.dataset_factor, 1.0)
+                per_unit = np.where(e.dataset_factor > 0, 1.0 / safe, 0.0)
+                d_mean = d_mean + e.dataset_factor_derivative @ ((sy - mean * sd) * per_unit)
+            slope = float(e.loss.mean_link_slope(np.array([mean]))[0])
+            self._dbase_all = (slope * d_mean / total)[:, None]
+        return self._dbase_all
 
 
-def _constant_without(
-    loss: int, y: NDArray[np.float64], w: NDArray[np.float64], idx: NDArray[np.int64]
-) -> NDArray[np.float64]:
-    """:func:`~influence_gbdt.losses.optimal_constant` with each row of ``idx`` (B,) in turn given
-    weight 0, vectorized; returns shape (B,)."""
-    return constant_from_mean(loss, (np.dot(w, y) - w[idx] * y[idx]) / (w.sum() - w[idx]))
-
-
-def _chunked(
-    batch: Callable[[NDArray[np.int64]], NDArray[np.float64]],
-    idx: NDArray[np.int64],
-    chunk_size: int,
-    aggregate: Aggregate,
-    progress: Progress,
-) -> NDArray[np.float64]:
-    """Run ``batch`` over chunks of training rows, aggregating over test points if asked."""
+def _check_aggregate(aggregate: Aggregate) -> None:
     if aggregate not in (None, "mean", "sum"):
         raise InputError(f"aggregate must be None, 'mean' or 'sum', got {aggregate!r}.")
-    parts = []
-    for start in range(0, idx.size, max(int(chunk_size), 1)):
-        scores = batch(idx[start : start + chunk_size])
-        if aggregate == "mean":
-            scores = scores.mean(axis=1)
-        elif aggregate == "sum":
-            scores = scores.sum(axis=1)
-        parts.append(scores)
-        if progress is not None:
-            progress(scores.shape[0])
-    if not parts:
-        return np.empty((0,) if aggregate else (0, 0))
-    return np.concatenate(parts, axis=0)
-
-
-def _build_tables(e: TreeEnsemble, loss: int) -> K.Tables:
-    """Flatten the description into the kernels' layout and allocate the replay caches."""
-    T, n = e.n_trees, e.n_rows
-    step_ptr = np.zeros(T + 1, dtype=np.int64)
-    np.cumsum(e.n_steps, out=step_ptr[1:])
-    leaves_per_step = np.repeat(e.n_leaves, e.n_steps)
-    sl_off = np.zeros(step_ptr[-1] + 1, dtype=np.int64)
-    np.cumsum(leaves_per_step, out=sl_off[1:])
-    n_sl = int(sl_off[-1])
-    rows_by_leaf = np.argsort(e.leaf_index, axis=1, kind="stable").astype(np.int32)
-    global_leaf = e.leaf_index.astype(np.int64) + e.leaf_offset[:-1, None]
-    leaf_count = np.bincount(global_leaf.ravel(), minlength=e.n_total_leaves).astype(np.int64)
-    first_global = np.zeros(e.n_total_leaves + 1, dtype=np.int64)
-    np.cumsum(leaf_count, out=first_global[1:])
-    # Position of each leaf's first row inside its own tree's row of rows_by_leaf.
-    leaf_first = first_global[:-1] - np.repeat(np.arange(T, dtype=np.int64) * n, e.n_leaves)
-    return K.Tables(
-        leaf=e.leaf_index, leaf_off=e.leaf_offset, newton=e.newton, lr=e.learning_rate, l1=e.l1,
-        mds=e.max_delta_step, l2=e.l2, l2pw=e.l2_per_weight_sum, n_steps=e.n_steps,
-        scales=e.step_scales, step_ptr=step_ptr, sl_off=sl_off, rows_by_leaf=rows_by_leaf,
-        leaf_first=leaf_first, leaf_count=leaf_count, y=e.y, w=e.sample_weight, loss=loss,
-        floor=e.hessian_floor, f32=e.float32_gradients, values=np.empty(e.n_total_leaves),
-        margin_before=np.empty((T, n)),
-        Z=np.empty((int(step_ptr[-1]), n)), u_before=np.empty(n_sl), G=np.empty(n_sl),
-        H=np.empty(n_sl), SWH=np.empty(n_sl), SWK=np.empty(n_sl), RG=np.empty(n_sl),
-        RD=np.empty(n_sl),
-    )

@@ -2,35 +2,53 @@
 
 Adapters (one per booster) turn a trained model plus its training data into a :class:`TreeEnsemble`;
 the engine consumes nothing else. Every library quirk (XGBoost's probability-space base score,
-LightGBM's init score folded into tree 0, CatBoost's l2 scaled by the weight sum, class weights) is
-resolved by the adapter into the fields below, so the engine never branches on a library.
+LightGBM's init score folded into tree 0, CatBoost's l2 scaled by the mean weight, class weights)
+is resolved by the adapter into the fields below, so the engine never branches on a library.
 
 The leaf-value model
 --------------------
-Training rows ``j`` have labels ``y[j]``, effective weights ``w[j] = sample_weight[j]`` and initial
-margins ``A0[j] = init_offset[j] + base_margin``. Tree ``t`` has a fixed structure (the leaf of
-every training row, ``leaf_index[t]``) and ``n_steps[t]`` leaf-estimation steps. Within the tree,
-rows of leaf ``l`` sit at margin ``A[j] + u[l]``, where ``u`` starts at 0 and after each step ``s``
-moves by ``step_scales[t, s] * delta[l]`` with::
+Training rows ``j`` have labels ``y[j]`` and the user's weights ``v[j]``. Boosters weight classes
+in two places, so each row's group ``q = weight_group[j]`` (its class) has two factors: the
+*dataset weight* ``d[j] = R(v[j] * dataset_factor[q])`` (``R`` rounds to float32 where the booster
+stores weights as float32) and the *effective weight* ``w[j] = d[j] * objective_factor[q]`` that
+multiplies the row's gradient and hessian. Each row has a margin vector of ``K = n_outputs``
+entries, starting at ``A0[j] = init_offset[j] + base_margin``.
 
-    G = sum_{j in l} w[j] * g(y[j], A[j] + u[l])
-    H = sum_{j in l} w[j] * h(y[j], A[j] + u[l])     if newton[t]   (Newton step)
+Trees are grouped in *rounds* (``tree_round``): the trees of one round are all fitted at the
+margins left by the earlier rounds (XGBoost and LightGBM grow one tree per class per round); a
+single-output model has one tree per round. Tree ``t`` adds its leaf value to output
+``tree_output[t]``, has a fixed structure (``leaf_index[t]``) and takes ``n_steps[t]`` leaf steps:
+rows of leaf ``l`` sit at margin ``A[j] + u[l]`` (in output ``c = tree_output[t]``), where ``u``
+starts at 0 and after each step ``s`` moves by ``step_scales[t, s] * delta[l]``::
+
+    G = sum_{j in l} w[j] * g_c(y[j], A[j] + u[l])
+    H = sum_{j in l} w[j] * h_c(y[j], A[j] + u[l])   if newton[t]   (Newton step)
         sum_{j in l} w[j]                            otherwise      (Gradient step)
-    lam = l2[leaf] + l2_per_weight_sum[t] * sum_j w[j]
+    lam = l2[leaf] + l2_per_mean_weight[t] * sum_j w[j] / n
     delta = -sign(G) * max(|G| - l1[t], 0) / (H + lam), clipped to +-max_delta_step[t] if > 0,
             and 0 where H <= 0 (an empty leaf).
 
-The tree's leaf value is ``learning_rate[t] * u`` after its last step, and every row's margin then
-moves by its leaf's value. ``g, h`` are the first and second derivatives of the loss in the margin.
+The tree's leaf value is ``learning_rate[t] * u`` after its last step. ``g, h`` are the booster's
+gradient and hessian of the :class:`~influence_gbdt.losses.Loss`. Trees with several steps are
+alone in their round. With ``backtracking[t]`` (CatBoost's AnyImprovement) each of the tree's
+``n_iterations[t]`` iterations tries the current step at the current scale and accepts it only if
+the whole training set's weighted loss falls; otherwise the scale halves for the next try. The
+accepted scales of the trained model are ``step_scales``; a refit on changed data re-decides them.
 
-``base_margin`` is either kept (``base_margin_refit=False``) or, as boost_from_average does, the
-constant margin minimising the weighted training loss, re-estimated whenever the weights change.
+Base margin (``base_rule``)
+---------------------------
+``"fixed"``: ``base_margin`` stays when the data changes. ``"mean"``: it is the loss's mean link of
+the label mean weighted by the dataset weights (boost_from_average), ``mean = sum d y / sum d``;
+re-estimated whenever the data changes.
 
-Weights
--------
-Scores are derivatives with respect to, or removals of, the *user's* sample weight ``v[j]``; the
-booster may multiply it by a per-row factor (class weights, ``scale_pos_weight``), giving
-``sample_weight[j] = weight_scale[j] * v[j]``. The engine reports ``d/dv = weight_scale * d/dw``.
+Removing a row and reweighting it
+---------------------------------
+LeafRefit *deletes* a row: its weight goes to 0, the row count ``n`` drops by one (which moves
+CatBoost's l2 term) and class factors the booster derives from the data change to
+``*_factor_without[i]`` (one value per group, when row ``i`` is deleted). LeafInfluence
+differentiates with respect to the user's weight ``v[i]`` (``n`` fixed): through ``w[i]``, through
+the class factors (``*_factor_derivative[i]`` = ``d factor / d v[i]``, zero for factors computed
+from row *counts*; float32 rounding is not differentiated) and through the base margin.
 """
 
 from __future__ import annotations
@@ -42,31 +60,44 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .errors import InputError
+from .losses import Loss
 
-LossName = Literal["logloss", "squared_error"]
-LOSSES: tuple[str, ...] = ("logloss", "squared_error")
+BaseRule = Literal["fixed", "mean"]
+BASE_RULES: tuple[str, ...] = ("fixed", "mean")
 
 
-def _per_tree(name: str, value: ArrayLike, n_trees: int, dtype: type) -> NDArray:
+def _per_tree(name: str, value: ArrayLike, n_trees: int, dtype: type) -> NDArray[Any]:
     arr: NDArray[Any] = np.asarray(value, dtype=dtype)
     if arr.ndim == 0:
         arr = np.full(n_trees, arr, dtype=dtype)
     if arr.shape != (n_trees,):
         raise InputError(f"{name} must be a scalar or have shape ({n_trees},), got {arr.shape}.")
-    return np.ascontiguousarray(arr)
-
-
-def _per_row(name: str, value: ArrayLike | None, n_rows: int, default: float) -> NDArray[np.float64]:
-    if value is None:
-        return np.full(n_rows, default, dtype=np.float64)
-    arr = np.asarray(value, dtype=np.float64)
-    if arr.ndim == 0:
-        arr = np.full(n_rows, arr, dtype=np.float64)
-    if arr.shape != (n_rows,):
-        raise InputError(f"{name} must have shape ({n_rows},), got {arr.shape}.")
     if not np.all(np.isfinite(arr)):
         raise InputError(f"{name} contains NaN or infinite values.")
     return np.ascontiguousarray(arr)
+
+
+def _per_row(
+    name: str, value: ArrayLike | None, shape: tuple[int, ...], default: float
+) -> NDArray[np.float64]:
+    if value is None:
+        return np.full(shape, default, dtype=np.float64)
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.ndim == 0 or (arr.ndim == 1 and len(shape) == 2 and shape[1] == 1 and arr.shape[0] == shape[0]):
+        arr = np.broadcast_to(arr.reshape(arr.shape + (1,) * (len(shape) - arr.ndim)), shape)
+    if arr.shape != shape:
+        raise InputError(f"{name} must have shape {shape}, got {arr.shape}.")
+    if not np.all(np.isfinite(arr)):
+        raise InputError(f"{name} contains NaN or infinite values.")
+    return np.ascontiguousarray(arr)
+
+
+def _optional_table(name: str, value: ArrayLike | None, shape: tuple[int, int]) -> NDArray[np.float64] | None:
+    if value is None:
+        return None
+    table = _per_row(name, value, shape, 0.0)
+    table.setflags(write=False)
+    return table
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,8 +105,8 @@ class TreeEnsemble:
     """An ensemble's structure, leaf-value rule, loss and training data (immutable).
 
     Build it with :meth:`TreeEnsemble.build`, which broadcasts scalars and validates; the fields
-    below are the normalized arrays. ``T`` = number of trees, ``n`` = training rows,
-    ``n_total`` = total number of leaves over all trees.
+    below are the normalized arrays. ``T`` = trees, ``n`` = training rows, ``K`` = outputs,
+    ``G`` = weight groups, ``n_total`` = total number of leaves over all trees.
 
     Attributes
     ----------
@@ -86,40 +117,51 @@ class TreeEnsemble:
     leaf_values : ndarray of shape (n_total,), float64
         The stored leaf values, tree after tree: tree ``t`` holds
         ``leaf_values[leaf_offset[t]:leaf_offset[t + 1]]``. Used only by the self-check.
-    tree_class : ndarray of shape (T,), int64
-        The output (class) each tree adds to. Only single-output models (all 0) are modelled now.
+    n_outputs : int
+        ``K``, the length of a row's margin vector (1 for binary and regression models).
+    tree_output : ndarray of shape (T,), int64
+        The output each tree adds to, ``0 .. K - 1``.
+    tree_round : ndarray of shape (T,), int64
+        Round of each tree, ``0, 0, ..., 1, ...``: the trees of a round are fitted at the same
+        margins. Non-decreasing in steps of at most one.
     newton : ndarray of shape (T,), bool
         True for Newton steps (H = sum w*h), False for Gradient steps (H = sum w).
-    learning_rate : ndarray of shape (T,), float64
-    l1 : ndarray of shape (T,), float64
-        L1 soft threshold on G.
-    max_delta_step : ndarray of shape (T,), float64
-        Clip of each step's raw value; 0 means no clip.
+    learning_rate, l1, max_delta_step : ndarray of shape (T,), float64
+        Shrinkage; L1 soft threshold on G; clip of each step (0 = none).
     l2 : ndarray of shape (n_total,), float64
         Per-leaf L2 term (e.g. LightGBM's lambda_l2 + cat_l2 below categorical splits).
-    l2_per_weight_sum : ndarray of shape (T,), float64
-        Extra L2 proportional to the total training weight (CatBoost: l2_leaf_reg / n).
+    l2_per_mean_weight : ndarray of shape (T,), float64
+        L2 term per unit of the mean effective weight ``sum(w) / n`` (CatBoost's l2_leaf_reg).
     n_steps : ndarray of shape (T,), int64
-        Leaf-estimation steps of each tree (>= 1).
+        Accepted leaf-estimation steps of each tree (>= 1).
     step_scales : ndarray of shape (T, max(n_steps)), float64
         Accepted scale of every step (1 without backtracking); entries past ``n_steps`` are 0.
-    loss : {"logloss", "squared_error"}
-        Binary log loss on labels in [0, 1] or squared error 1/2 (margin - y)^2.
-    hessian_floor : float
-        Lower bound of the log-loss hessian p(1-p) (XGBoost: 1e-16); 0 for none.
-    base_margin : float
+    backtracking : ndarray of shape (T,), bool
+        Whether steps are accepted only when the training loss improves (CatBoost AnyImprovement).
+    n_iterations : ndarray of shape (T,), int64
+        Step tries of a backtracking tree (accepted or not); ``n_steps`` otherwise.
+    loss : Loss
+        The training loss (name and parameters, e.g. the hessian floor).
+    base_margin : ndarray of shape (K,), float64
         The initial margin added to every row.
-    base_margin_refit : bool
-        Whether a retrain on changed weights re-estimates ``base_margin`` as the weighted
-        loss-minimising constant (boost_from_average).
-    init_offset : ndarray of shape (n,), float64
+    base_rule : {"fixed", "mean"}
+        How the booster would re-estimate ``base_margin`` on changed data (see module docstring).
+    init_offset : ndarray of shape (n, K), float64
         Per-row offset added to the initial margin (a user baseline / base_margin), usually 0.
     y : ndarray of shape (n,), float64
         Training labels as the booster saw them (float32-rounded where the booster rounds).
-    sample_weight : ndarray of shape (n,), float64
-        Effective training weights (>= 0), class weights folded in.
-    weight_scale : ndarray of shape (n,), float64
-        ``d sample_weight / d user weight`` per row (the class-weight factor), usually 1.
+    user_weight : ndarray of shape (n,), float64
+        The user's sample weights ``v`` (>= 0); scores are per unit of them.
+    weight_group : ndarray of shape (n,), int64
+        Group of every row (its class, where the booster weights classes), ``0 .. G - 1``.
+    dataset_factor, objective_factor : ndarray of shape (G,), float64
+        Each group's factor in the dataset weight and in the effective weight (module docstring).
+    float32_weights : bool
+        Whether the dataset weight ``v * dataset_factor`` is rounded to float32.
+    dataset_factor_without, objective_factor_without : ndarray of shape (n, G) or None
+        The factors after deleting row ``i`` (row ``i`` of the table); None = unchanged.
+    dataset_factor_derivative, objective_factor_derivative : ndarray of shape (n, G) or None
+        ``d factor / d v[i]``; None = zero.
     float32_gradients : bool
         Round each row's weighted gradient and hessian to float32 before the leaf sums, as
         LightGBM does (replay and refit only; derivatives for leaf_influence stay in float64).
@@ -128,23 +170,33 @@ class TreeEnsemble:
     leaf_index: NDArray[np.int32]
     n_leaves: NDArray[np.int64]
     leaf_values: NDArray[np.float64]
-    tree_class: NDArray[np.int64]
+    n_outputs: int
+    tree_output: NDArray[np.int64]
+    tree_round: NDArray[np.int64]
     newton: NDArray[np.bool_]
     learning_rate: NDArray[np.float64]
     l1: NDArray[np.float64]
     max_delta_step: NDArray[np.float64]
     l2: NDArray[np.float64]
-    l2_per_weight_sum: NDArray[np.float64]
+    l2_per_mean_weight: NDArray[np.float64]
     n_steps: NDArray[np.int64]
     step_scales: NDArray[np.float64]
-    loss: str
-    hessian_floor: float
-    base_margin: float
-    base_margin_refit: bool
+    backtracking: NDArray[np.bool_]
+    n_iterations: NDArray[np.int64]
+    loss: Loss
+    base_margin: NDArray[np.float64]
+    base_rule: str
     init_offset: NDArray[np.float64]
     y: NDArray[np.float64]
-    sample_weight: NDArray[np.float64]
-    weight_scale: NDArray[np.float64]
+    user_weight: NDArray[np.float64]
+    weight_group: NDArray[np.int64]
+    dataset_factor: NDArray[np.float64]
+    objective_factor: NDArray[np.float64]
+    float32_weights: bool
+    dataset_factor_without: NDArray[np.float64] | None
+    objective_factor_without: NDArray[np.float64] | None
+    dataset_factor_derivative: NDArray[np.float64] | None
+    objective_factor_derivative: NDArray[np.float64] | None
     float32_gradients: bool
     leaf_offset: NDArray[np.int64] = field(init=False)
 
@@ -152,7 +204,7 @@ class TreeEnsemble:
         offset = np.zeros(self.n_trees + 1, dtype=np.int64)
         np.cumsum(self.n_leaves, out=offset[1:])
         object.__setattr__(self, "leaf_offset", offset)
-        for arr in (self.leaf_index, self.leaf_values, self.l2, self.y, self.sample_weight):
+        for arr in (self.leaf_index, self.leaf_values, self.l2, self.y, self.user_weight, self.init_offset):
             arr.setflags(write=False)
 
     @property
@@ -170,6 +222,27 @@ class TreeEnsemble:
         """Total number of leaves over all trees."""
         return int(self.leaf_offset[-1])
 
+    @property
+    def n_groups(self) -> int:
+        """Number of weight groups ``G``."""
+        return int(self.dataset_factor.size)
+
+    @property
+    def dataset_weight(self) -> NDArray[np.float64]:
+        """Dataset weights ``d = R(v * dataset_factor[group])``, shape (n,)."""
+        d = self.user_weight * self.dataset_factor[self.weight_group]
+        return d.astype(np.float32).astype(np.float64) if self.float32_weights else d
+
+    @property
+    def sample_weight(self) -> NDArray[np.float64]:
+        """Effective training weights ``w = d * objective_factor[group]``, shape (n,)."""
+        return self.dataset_weight * self.objective_factor[self.weight_group]
+
+    @property
+    def weight_factor(self) -> NDArray[np.float64]:
+        """``d w / d v`` per row, ``dataset_factor * objective_factor`` of its group, shape (n,)."""
+        return (self.dataset_factor * self.objective_factor)[self.weight_group]
+
     def tree_leaf_values(self, t: int) -> NDArray[np.float64]:
         """Stored leaf values of tree ``t``, ndarray of shape (n_leaves[t],)."""
         return self.leaf_values[self.leaf_offset[t] : self.leaf_offset[t + 1]]
@@ -181,23 +254,33 @@ class TreeEnsemble:
         leaf_index: ArrayLike,
         leaf_values: ArrayLike | list[ArrayLike],
         y: ArrayLike,
-        loss: str,
+        loss: str | Loss,
         n_leaves: ArrayLike | None = None,
+        tree_output: ArrayLike = 0,
+        tree_round: ArrayLike | None = None,
         learning_rate: ArrayLike = 1.0,
         newton: ArrayLike = True,
         l2: ArrayLike | list[ArrayLike] = 0.0,
-        l2_per_weight_sum: ArrayLike = 0.0,
+        l2_per_mean_weight: ArrayLike = 0.0,
         l1: ArrayLike = 0.0,
         max_delta_step: ArrayLike = 0.0,
         step_scales: ArrayLike | None = None,
         n_steps: ArrayLike | None = None,
+        backtracking: ArrayLike = False,
+        n_iterations: ArrayLike | None = None,
         hessian_floor: float = 0.0,
-        base_margin: float = 0.0,
-        base_margin_refit: bool = False,
+        base_margin: ArrayLike = 0.0,
+        base_rule: str = "fixed",
         init_offset: ArrayLike | None = None,
-        sample_weight: ArrayLike | None = None,
-        weight_scale: ArrayLike | None = None,
-        tree_class: ArrayLike = 0,
+        user_weight: ArrayLike | None = None,
+        weight_group: ArrayLike | None = None,
+        dataset_factor: ArrayLike = 1.0,
+        objective_factor: ArrayLike = 1.0,
+        float32_weights: bool = False,
+        dataset_factor_without: ArrayLike | None = None,
+        objective_factor_without: ArrayLike | None = None,
+        dataset_factor_derivative: ArrayLike | None = None,
+        objective_factor_derivative: ArrayLike | None = None,
         float32_gradients: bool = False,
     ) -> TreeEnsemble:
         """Validate and normalize the description; scalars broadcast over trees, leaves or rows.
@@ -210,20 +293,35 @@ class TreeEnsemble:
             Stored leaf values.
         y : array-like of shape (n,)
             Training labels.
-        loss : {"logloss", "squared_error"}
+        loss : str or Loss
+            A loss name (with ``hessian_floor``) or a :class:`~influence_gbdt.losses.Loss`.
         n_leaves : array-like of shape (T,), optional
             Leaves per tree; taken from the per-tree ``leaf_values`` list when omitted.
-        learning_rate, newton, l1, max_delta_step, l2_per_weight_sum : scalar or shape (T,)
+        tree_output : scalar or shape (T,)
+        tree_round : array-like of shape (T,), optional
+            Default: one tree per round.
+        learning_rate, newton, l1, max_delta_step, l2_per_mean_weight, backtracking : scalar or (T,)
         l2 : scalar, per tree (T,), per leaf (n_total,), or a list of T per-leaf arrays
         step_scales : array-like of shape (T, S), optional
             Accepted step scales; default one step of scale 1 per tree.
-        n_steps : array-like of shape (T,), optional
-            Steps per tree; default: the count of leading nonzero ``step_scales`` is not assumed,
-            all ``S`` columns are used.
-        hessian_floor, base_margin, base_margin_refit, float32_gradients : see the class attributes.
-        init_offset, sample_weight, weight_scale : array-like of shape (n,), optional
-            Default 0, 1 and 1.
-        tree_class : scalar or shape (T,)
+        n_steps, n_iterations : array-like of shape (T,), optional
+            Accepted steps (default: all ``S`` columns) and tries (default: ``n_steps``).
+        hessian_floor : float
+            With a loss name: the booster's hessian floor.
+        base_margin : scalar or (K,)
+        base_rule : {"fixed", "mean"}
+        init_offset : array-like of shape (n,) or (n, K), optional
+        user_weight : array-like of shape (n,), optional
+            Default 1.
+        weight_group : array-like of shape (n,) of ints, optional
+            Default: one group.
+        dataset_factor, objective_factor : scalar or (G,)
+            Default 1.
+        float32_weights : bool
+        dataset_factor_without, objective_factor_without : (n, G), optional
+        dataset_factor_derivative, objective_factor_derivative : (n, G), optional
+            See the class attributes.
+        float32_gradients : bool
 
         Raises
         ------
@@ -234,9 +332,8 @@ class TreeEnsemble:
         leaf_idx = np.asarray(leaf_index)
         if leaf_idx.ndim != 2:
             raise InputError(f"leaf_index must have shape (n_trees, n_rows), got {leaf_idx.shape}.")
-        if not np.issubdtype(leaf_idx.dtype, np.integer):
-            if not np.all(leaf_idx == np.round(leaf_idx)):
-                raise InputError("leaf_index must hold integer leaf numbers.")
+        if not np.issubdtype(leaf_idx.dtype, np.integer) and not np.all(leaf_idx == np.round(leaf_idx)):
+            raise InputError("leaf_index must hold integer leaf numbers.")
         leaf_idx = np.ascontiguousarray(leaf_idx, dtype=np.int32)
         n_trees, n_rows = leaf_idx.shape
         if n_trees == 0 or n_rows == 0:
@@ -292,39 +389,77 @@ class TreeEnsemble:
         if np.any(steps < 1) or np.any(steps > scales.shape[1]):
             raise InputError("n_steps must lie in 1 .. step_scales.shape[1].")
         scales = np.where(np.arange(scales.shape[1])[None, :] < steps[:, None], scales, 0.0)
+        tries = (steps.copy() if n_iterations is None
+                 else _per_tree("n_iterations", n_iterations, n_trees, np.int64))
+        if np.any(tries < steps):
+            raise InputError("n_iterations must be at least n_steps (every accepted step is a try).")
 
-        if loss not in LOSSES:
-            raise InputError(f"loss must be one of {LOSSES}, got {loss!r}.")
-        labels = _per_row("y", y, n_rows, 0.0)
-        if loss == "logloss" and (labels.min() < 0 or labels.max() > 1):
-            raise InputError("logloss labels must lie in [0, 1] (0/1 class labels or probabilities).")
-        weights = _per_row("sample_weight", sample_weight, n_rows, 1.0)
-        if weights.min() < 0 or weights.sum() <= 0:
-            raise InputError("sample_weight must be non-negative with a positive sum.")
-        classes = _per_tree("tree_class", tree_class, n_trees, np.int64)
-        if np.any(classes != 0):
-            raise InputError("Only single-output ensembles (tree_class all 0) are modelled so far.")
+        loss_obj = loss if isinstance(loss, Loss) else Loss(str(loss), hessian_floor=float(hessian_floor))
+        K = loss_obj.n_outputs
+        outputs = _per_tree("tree_output", tree_output, n_trees, np.int64)
+        if outputs.min() < 0 or outputs.max() >= K:
+            raise InputError(f"tree_output must lie in 0 .. {K - 1}.")
+        rounds = (np.arange(n_trees, dtype=np.int64) if tree_round is None
+                  else _per_tree("tree_round", tree_round, n_trees, np.int64))
+        if rounds[0] != 0 or np.any(np.diff(rounds) < 0) or np.any(np.diff(rounds) > 1):
+            raise InputError("tree_round must start at 0 and grow by 0 or 1 from tree to tree.")
+        shared = np.bincount(rounds)[rounds] > 1
+        if np.any(shared & (steps > 1)) or np.any(shared & (tries > 1)):
+            raise InputError("A tree with several leaf steps must be alone in its round.")
+
+        labels = _per_row("y", y, (n_rows,), 0.0)
+        loss_obj.check_labels(labels, "training labels")
+        v = _per_row("user_weight", user_weight, (n_rows,), 1.0)
+        if v.min() < 0:
+            raise InputError("user_weight must be non-negative.")
+        groups = (np.zeros(n_rows, dtype=np.int64) if weight_group is None
+                  else np.ascontiguousarray(np.asarray(weight_group, dtype=np.int64)))
+        if groups.shape != (n_rows,) or groups.min() < 0:
+            raise InputError(f"weight_group must hold ({n_rows},) non-negative group numbers.")
+        n_groups = int(groups.max()) + 1
+        data_f = _per_row("dataset_factor", dataset_factor, (n_groups,), 1.0)
+        obj_f = _per_row("objective_factor", objective_factor, (n_groups,), 1.0)
+        if data_f.min() < 0 or obj_f.min() < 0:
+            raise InputError("Group factors must be non-negative.")
+        if float(np.dot(v, (data_f * obj_f)[groups])) <= 0:
+            raise InputError("The effective training weights must have a positive sum.")
+        if base_rule not in BASE_RULES:
+            raise InputError(f"base_rule must be one of {BASE_RULES}, got {base_rule!r}.")
+        table = (n_rows, n_groups)
 
         return cls(
             leaf_index=leaf_idx,
             n_leaves=counts,
             leaf_values=np.ascontiguousarray(values),
-            tree_class=classes,
+            n_outputs=K,
+            tree_output=outputs,
+            tree_round=rounds,
             newton=_per_tree("newton", newton, n_trees, np.bool_),
             learning_rate=_per_tree("learning_rate", learning_rate, n_trees, np.float64),
             l1=_per_tree("l1", l1, n_trees, np.float64),
             max_delta_step=_per_tree("max_delta_step", max_delta_step, n_trees, np.float64),
             l2=np.ascontiguousarray(l2_arr),
-            l2_per_weight_sum=_per_tree("l2_per_weight_sum", l2_per_weight_sum, n_trees, np.float64),
+            l2_per_mean_weight=_per_tree("l2_per_mean_weight", l2_per_mean_weight, n_trees, np.float64),
             n_steps=steps,
             step_scales=np.ascontiguousarray(scales),
-            loss=loss,
-            hessian_floor=float(hessian_floor),
-            base_margin=float(base_margin),
-            base_margin_refit=bool(base_margin_refit),
-            init_offset=_per_row("init_offset", init_offset, n_rows, 0.0),
+            backtracking=_per_tree("backtracking", backtracking, n_trees, np.bool_),
+            n_iterations=tries,
+            loss=loss_obj,
+            base_margin=_per_row("base_margin", base_margin, (K,), 0.0),
+            base_rule=base_rule,
+            init_offset=_per_row("init_offset", init_offset, (n_rows, K), 0.0),
             y=labels,
-            sample_weight=weights,
-            weight_scale=_per_row("weight_scale", weight_scale, n_rows, 1.0),
+            user_weight=v,
+            weight_group=groups,
+            dataset_factor=data_f,
+            objective_factor=obj_f,
+            float32_weights=bool(float32_weights),
+            dataset_factor_without=_optional_table("dataset_factor_without", dataset_factor_without, table),
+            objective_factor_without=_optional_table(
+                "objective_factor_without", objective_factor_without, table),
+            dataset_factor_derivative=_optional_table(
+                "dataset_factor_derivative", dataset_factor_derivative, table),
+            objective_factor_derivative=_optional_table(
+                "objective_factor_derivative", objective_factor_derivative, table),
             float32_gradients=bool(float32_gradients),
         )

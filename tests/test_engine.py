@@ -1,10 +1,12 @@
 """The engine against independent ground truth on synthetic ensembles.
 
-References: a plain per-row retraining loop (engine_reference.Spec), central finite differences of
-that loop in the sample weight, forward vs reverse mode, and the paper's closed forms.
+References: a plain per-row retraining loop (engine_reference.Spec: rows deleted or reweighted,
+class factors, row count, base margin and backtracking decisions following the data), central
+finite differences of that loop in the user's weight, forward vs reverse mode, and a plain loop
+written from the paper's Algorithm 4 for the Fast update sets.
 Tolerances: the engine and the reference compute the same sums in different orders, so they agree
-to a few ulps of the largest score (1e-9 relative leaves room for 100 trees of accumulation). The
-5-point finite-difference stencil with h = 1e-3 has truncation error O(h^4 f^(5)) ~ 1e-12 and
+to a few ulps of the largest score (1e-9 relative leaves room for tens of trees of accumulation).
+The 5-point finite-difference stencil with h = 1e-3 has truncation error O(h^4 f^(5)) ~ 1e-12 and
 rounding error ~ 1e-16 / h ~ 1e-13 relative, far below the 1e-8 used.
 """
 
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from engine_reference import Spec, random_spec
+from engine_reference import Spec, balanced_counts, balanced_weights, loss_values, random_spec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,11 +27,25 @@ CONFIGS = {
     "logloss-gradient": dict(loss="logloss", newton=False),
     "squared-newton": dict(loss="squared_error"),
     "squared-gradient-weighted": dict(loss="squared_error", newton=False, weighted=True),
-    "logloss-3steps-catboost-l2": dict(n_steps=3, l2pw=0.02, weighted=True, base_refit=True),
+    "logloss-3steps-catboost-l2": dict(n_steps=3, l2m=1.5, weighted=True, base_refit=True),
     "logloss-gradient-4steps": dict(newton=False, n_steps=4, base_refit=True),
     "squared-3steps-refit-base": dict(loss="squared_error", n_steps=3, base_refit=True, weighted=True),
     "logloss-l1-clip-weighted": dict(l1=0.3, mds=0.4, weighted=True),
     "squared-l1-clip": dict(loss="squared_error", l1=0.5, mds=0.3, l2=0.0),
+    "logloss-rounds-of-3": dict(trees_per_round=3, n_trees=9, base_refit=True, weighted=True),
+    # Backtracking decisions far from convergence (rows at extreme margins, no l2: Newton steps
+    # overshoot and are halved); near convergence "the loss fell" is decided by rounding.
+    "logloss-backtracking": dict(n_steps=2, backtrack=True, l2=0.0, offset_scale=3.0, weighted=True,
+                                 base_refit=True),
+    "squared-backtracking-gradient": dict(loss="squared_error", newton=False, n_steps=5, backtrack=True,
+                                          l2m=1.0),
+    "logloss-count-factors": dict(dataset_rule=balanced_counts, base_refit=True, weighted=True),
+    "logloss-objective-weight-factors": dict(objective_rule=balanced_weights, base_refit=True,
+                                             weighted=True, l2m=1.0, n_steps=2),
+    "squared-weight-factors": dict(loss="squared_error", dataset_rule=balanced_weights, base_refit=True,
+                                   weighted=True),
+    "logloss-both-factors": dict(dataset_rule=balanced_weights, objective_rule=balanced_counts,
+                                 base_refit=True, weighted=True),
 }
 ROWS = np.arange(0, 60, 5)
 
@@ -44,15 +60,21 @@ def _setup(name: str, seed: int = 3) -> tuple[Spec, InfluenceEngine, TestPoints]
     return spec, engine, TestPoints(spec.test_leaf, spec.offset_test, spec.y_test)
 
 
-def _without(spec: Spec, i: int, delta: float | None = None) -> np.ndarray:
-    w = spec.w.copy()
-    w[i] = 0.0 if delta is None else w[i] + delta
-    return w
+def _deleted(spec: Spec, i: int) -> np.ndarray:
+    present = np.ones(spec.y.size, bool)
+    present[i] = False
+    return present
+
+
+def _moved(spec: Spec, i: int, d: float) -> np.ndarray:
+    v = spec.v.copy()
+    v[i] += d
+    return v
 
 
 def _finite_difference(spec: Spec, rows: np.ndarray, h: float = 1e-3) -> np.ndarray:
     def loss(i: int, d: float) -> np.ndarray:
-        return spec.test_loss(_without(spec, i, d))
+        return spec.test_loss(_moved(spec, i, d))
 
     return np.array(
         [(loss(i, -2 * h) - 8 * loss(i, -h) + 8 * loss(i, h) - loss(i, 2 * h)) / (12 * h) for i in rows]
@@ -63,15 +85,15 @@ def _finite_difference(spec: Spec, rows: np.ndarray, h: float = 1e-3) -> np.ndar
 def test_replay_reproduces_stored_leaf_values_and_margins(name: str) -> None:
     spec, engine, test = _setup(name)
     assert engine.relative_residual < 1e-13
-    np.testing.assert_allclose(engine.predict_margin(test), spec.test_margin(spec.w), rtol=1e-12)
+    np.testing.assert_allclose(engine.predict_margin(test), spec.test_margin(spec.v), rtol=1e-12)
 
 
 @pytest.mark.parametrize("name", CONFIGS)
-def test_leaf_refit_equals_plain_retraining_loop(name: str) -> None:
+def test_leaf_refit_equals_retraining_without_the_row(name: str) -> None:
     spec, engine, test = _setup(name)
-    expected = np.array([spec.test_loss(spec.w) - spec.test_loss(_without(spec, i)) for i in ROWS])
+    expected = np.array([spec.test_loss(spec.v) - spec.test_loss(spec.v, _deleted(spec, i)) for i in ROWS])
     assert _rel(engine.leaf_refit(test, rows=ROWS), expected) < 1e-9
-    margin = np.array([spec.test_margin(spec.w) - spec.test_margin(_without(spec, i)) for i in ROWS])
+    margin = np.array([spec.test_margin(spec.v) - spec.test_margin(spec.v, _deleted(spec, i)) for i in ROWS])
     assert _rel(engine.leaf_refit(test, rows=ROWS, on="prediction"), margin) < 1e-9
 
 
@@ -105,51 +127,111 @@ def test_top_k_with_every_leaf_equals_all_points(name: str) -> None:
         assert _rel(top, all_points) < 1e-12
 
 
-def _margins_before(spec: Spec) -> list[np.ndarray]:
-    A = spec.offset + spec.base
+def test_backtracking_refit_re_decides_the_accepted_steps() -> None:
+    """Deleting some rows changes which steps AnyImprovement accepts; the refit follows."""
+    n_changed = 0
+    for seed in (4, 5, 6, 7):
+        spec = random_spec(seed, **CONFIGS["logloss-backtracking"])
+        engine = InfluenceEngine(spec.ensemble())
+        test = TestPoints(spec.test_leaf, spec.offset_test, spec.y_test)
+        _, accepted, _ = spec.train(spec.v)
+        rows = np.array([i for i in range(spec.y.size)
+                         if spec.train(spec.v, _deleted(spec, i))[1] != accepted])
+        if rows.size:
+            base = spec.test_loss(spec.v)
+            expected = np.array([base - spec.test_loss(spec.v, _deleted(spec, i)) for i in rows])
+            assert _rel(engine.leaf_refit(test, rows=rows), expected) < 1e-9
+            n_changed += rows.size
+    assert n_changed >= 3, "the configurations should contain rows whose deletion changes the decisions"
+
+
+def test_deletion_differs_from_zero_weight_through_the_row_count() -> None:
+    """CatBoost's l2 scales with the mean weight sum(w) / n: deleting a row is not weight 0."""
+    spec, engine, test = _setup("logloss-3steps-catboost-l2")
+    deleted = np.array([spec.test_loss(spec.v) - spec.test_loss(spec.v, _deleted(spec, i)) for i in ROWS])
+    zero = np.array([spec.test_loss(spec.v) - spec.test_loss(_moved(spec, i, -spec.v[i])) for i in ROWS])
+    refit = engine.leaf_refit(test, rows=ROWS)
+    assert _rel(refit, deleted) < 1e-9 < _rel(refit, zero)
+
+
+def _paper_forward(spec: Spec, i0: int, update: str, k: int = 0) -> list[np.ndarray]:
+    """The paper's Algorithm 4 (Eq. 6 and 8) for one-step trees with update set U^t: SinglePoint
+    U = {i0}; TopKLeaves U = rows of the k leaves of largest sum |J| (Eq. 3) plus i0, as in the
+    paper's reference code. As in the paper's Algorithm 2 (line 14), every row's J accumulates its
+    leaf's change; U^t decides whose J enters the leaf sums (the reference code accumulates U^t's
+    only; for SinglePoint the two agree)."""
+    values, _, base = spec.train(spec.v)
+    w, n = spec.v, spec.y.size
+    A = spec.offset + base
+    J = np.zeros(n)
     out = []
-    for t, f in enumerate(spec.leaf_values(spec.w, spec.base)):
-        out.append(A)
-        A = A + f[spec.leaf[t]]
+    for t, f_t in enumerate(values):
+        lf, L = spec.leaf[t], spec.n_leaves[t]
+        in_u = np.zeros(n, bool)
+        in_u[i0] = True
+        if update == "top_k":
+            mass = np.bincount(lf, np.abs(J), L)
+            in_u |= np.isin(lf, np.argsort(-mass, kind="stable")[:k])
+        p = 1 / (1 + np.exp(-A))
+        if spec.loss == "logloss":
+            g, h, k3 = p - spec.y, p * (1 - p), p * (1 - p) * (1 - 2 * p)
+        else:
+            g, h, k3 = A - spec.y, np.ones(n), np.zeros(n)
+        raw = f_t / spec.lr[t]
+        d = np.zeros(L)
+        for leaf in range(L):
+            rows = in_u & (lf == leaf)
+            if spec.newton[t]:
+                den = np.sum(w[lf == leaf] * h[lf == leaf]) + spec.l2[t][leaf]
+                num = np.sum(w[rows] * (k3[rows] * raw[leaf] + h[rows]) * J[rows])
+                if lf[i0] == leaf:
+                    num += h[i0] * raw[leaf] + g[i0]
+            else:
+                den = np.sum(w[lf == leaf]) + spec.l2[t][leaf]
+                num = np.sum(w[rows] * h[rows] * J[rows])
+                if lf[i0] == leaf:
+                    num += raw[leaf] + g[i0]
+            d[leaf] = -spec.lr[t] * num / den
+        out.append(d)
+        J = J + d[lf]
+        A = A + f_t[lf]
     return out
 
 
 @pytest.mark.parametrize("name", ["logloss-newton", "logloss-gradient", "squared-newton"])
-def test_single_point_equals_closed_form_with_zero_jacobian(name: str) -> None:
-    """Proposition 1 with J = 0 and Algorithm 3 with U = empty, written out for one-step trees."""
+def test_fast_update_sets_equal_the_papers_algorithm_4(name: str) -> None:
+    spec, engine, _ = _setup(name)
+    for update, kwargs in (("single", {}), ("top_k", {"k": 1}), ("top_k", {"k": 3})):
+        update_set = "single_point" if update == "single" else "top_k_leaves"
+        got, _ = engine.leaf_value_derivatives(ROWS, update_set=update_set, refit_base=False, **kwargs)
+        expected = np.stack([np.concatenate(_paper_forward(spec, i, update, **kwargs)) for i in ROWS])
+        assert _rel(got, expected) < 1e-12, (update, kwargs)
+
+
+@pytest.mark.parametrize("name", ["logloss-newton", "logloss-gradient", "squared-newton"])
+def test_single_point_refit_equals_algorithm_3_with_only_the_row_removed(name: str) -> None:
+    """Algorithm 3 with U = {i}: the deleted row leaves its leaf's sums; nothing else moves."""
     spec, engine, test = _setup(name)
-    values = spec.leaf_values(spec.w, spec.base)
-    margins = _margins_before(spec)
-    y_test, f_test = spec.y_test, spec.test_margin(spec.w)
-    dloss = (1 / (1 + np.exp(-f_test)) - y_test) if spec.loss == "logloss" else f_test - y_test
-    infl = np.zeros((ROWS.size, y_test.size))
+    values, _, base = spec.train(spec.v)
+    A = spec.offset + base
+    f_test = spec.test_margin(spec.v)
     new_f = np.tile(f_test, (ROWS.size, 1))
     for t, f in enumerate(values):
         lf = spec.leaf[t]
-        if spec.loss == "logloss":
-            p = 1 / (1 + np.exp(-margins[t]))
-            g, h = p - spec.y, p * (1 - p)
-        else:
-            g, h = margins[t] - spec.y, np.ones(spec.y.size)
+        g, h = (1 / (1 + np.exp(-A)) - spec.y, None) if spec.loss == "logloss" else (A - spec.y, None)
+        h = (lambda p: p * (1 - p))(1 / (1 + np.exp(-A))) if spec.loss == "logloss" else np.ones(A.size)
         hh = h if spec.newton[t] else np.ones_like(h)
-        G = np.bincount(lf, spec.w * g, spec.n_leaves[t])
-        D = np.bincount(lf, spec.w * hh, spec.n_leaves[t]) + spec.l2[t]
-        raw = f / spec.lr[t]
+        G = np.bincount(lf, spec.v * g, spec.n_leaves[t])
+        D = np.bincount(lf, spec.v * hh, spec.n_leaves[t]) + spec.l2[t]
         for b, i in enumerate(ROWS):
             li = lf[i]
-            on_test = spec.test_leaf[t] == li
-            infl[b] += on_test * -spec.lr[t] * (g[i] + raw[li] * hh[i]) / D[li]
-            refit = -spec.lr[t] * (G[li] - spec.w[i] * g[i]) / (D[li] - spec.w[i] * hh[i])
-            new_f[b] += on_test * (refit - f[li])
-    got = engine.influence_forward(test, rows=ROWS, update_set="single_point", refit_base=False)
-    assert _rel(got, infl * dloss[None, :]) < 1e-12
-    if spec.loss == "logloss":
-        new_loss = np.logaddexp(0, new_f) - y_test * new_f
-        old_loss = np.logaddexp(0, f_test) - y_test * f_test
-    else:
-        new_loss, old_loss = 0.5 * (new_f - y_test) ** 2, 0.5 * (f_test - y_test) ** 2
+            refit = -spec.lr[t] * (G[li] - spec.v[i] * g[i]) / (D[li] - spec.v[i] * hh[i])
+            new_f[b] += (spec.test_leaf[t] == li) * (refit - f[li])
+        A = A + f[lf]
+    old = loss_values(spec.loss, spec.y_test, f_test)
+    expected = old[None, :] - loss_values(spec.loss, spec.y_test, new_f)
     refit = engine.leaf_refit(test, rows=ROWS, update_set="single_point", refit_base=False)
-    assert _rel(refit, old_loss[None, :] - new_loss) < 1e-12
+    assert _rel(refit, expected) < 1e-12
 
 
 def test_update_sets_approach_all_points_as_k_grows() -> None:
@@ -168,29 +250,30 @@ def test_refit_leaf_values_and_derivatives_match_reference() -> None:
     spec, engine, _ = _setup("logloss-3steps-catboost-l2")
     values, base = engine.refit_leaf_values(ROWS[:4])
     for b, i in enumerate(ROWS[:4]):
-        w = _without(spec, i)
-        assert base[b] == pytest.approx(spec.base_for(w), rel=1e-13)
-        np.testing.assert_allclose(values[b], np.concatenate(spec.leaf_values(w, base[b])), atol=1e-13)
+        expected, _, expected_base = spec.train(spec.v, _deleted(spec, i))
+        assert base[b] == pytest.approx(expected_base, rel=1e-13)
+        np.testing.assert_allclose(values[b], np.concatenate(expected), atol=1e-13)
     d_values, _d_base = engine.leaf_value_derivatives(ROWS[:2])
     h = 1e-3
     for b, i in enumerate(ROWS[:2]):
-        stencil = [
-            np.concatenate(spec.leaf_values(_without(spec, i, d), spec.base_for(_without(spec, i, d))))
-            for d in (-2 * h, -h, h, 2 * h)
-        ]
+        stencil = [np.concatenate(spec.train(_moved(spec, i, d))[0]) for d in (-2 * h, -h, h, 2 * h)]
         fd = (stencil[0] - 8 * stencil[1] + 8 * stencil[2] - stencil[3]) / (12 * h)
         assert _rel(d_values[b], fd) < 1e-8
 
 
-def test_weight_scale_reports_scores_per_unit_of_user_weight() -> None:
+def test_scores_are_per_unit_of_the_users_weight() -> None:
+    """A constant class factor s: per unit of v the scores are s times those per unit of w = v s."""
     spec = random_spec(5, weighted=True)
-    plain = InfluenceEngine(spec.ensemble())
     e = spec.ensemble()
-    scale = np.linspace(0.5, 3.0, e.n_rows)
-    scaled = InfluenceEngine(TreeEnsemble.build(**{**_fields(e), "weight_scale": scale}))
+    factor = np.array([0.7, 2.5])
+    by_group = InfluenceEngine(TreeEnsemble.build(**{**_fields(e), "objective_factor": factor}))
+    effective = InfluenceEngine(TreeEnsemble.build(
+        **{**_fields(e), "user_weight": e.user_weight * factor[e.weight_group]}))
+    assert effective.relative_residual > 1e-6  # the stored values are for v, not for v * s ...
     test = TestPoints(spec.test_leaf, spec.offset_test, spec.y_test)
-    np.testing.assert_allclose(
-        scaled.influence_reverse(test), plain.influence_reverse(test) * scale[:, None], rtol=1e-12
+    scale = factor[e.weight_group]
+    np.testing.assert_allclose(  # ... but the derivative map is the same up to the chain rule
+        by_group.influence_reverse(test), effective.influence_reverse(test) * scale[:, None], rtol=1e-12
     )
 
 
@@ -201,19 +284,20 @@ def _fields(e: TreeEnsemble) -> dict:
         n_leaves=e.n_leaves,
         y=e.y,
         loss=e.loss,
+        tree_round=e.tree_round,
         learning_rate=e.learning_rate,
         newton=e.newton,
         l2=e.l2,
-        l2_per_weight_sum=e.l2_per_weight_sum,
+        l2_per_mean_weight=e.l2_per_mean_weight,
         l1=e.l1,
         max_delta_step=e.max_delta_step,
         step_scales=e.step_scales,
         n_steps=e.n_steps,
-        hessian_floor=e.hessian_floor,
         base_margin=e.base_margin,
-        base_margin_refit=e.base_margin_refit,
+        base_rule=e.base_rule,
         init_offset=e.init_offset,
-        sample_weight=e.sample_weight,
+        user_weight=e.user_weight,
+        weight_group=e.weight_group,
     )
 
 
@@ -223,23 +307,18 @@ def _fields(e: TreeEnsemble) -> dict:
     loss=st.sampled_from(["logloss", "squared_error"]),
     newton=st.booleans(),
     n_steps=st.integers(1, 3),
-    l2pw=st.sampled_from([0.0, 0.01]),
+    l2m=st.sampled_from([0.0, 0.7]),
     weighted=st.booleans(),
     base_refit=st.booleans(),
+    factors=st.sampled_from([None, balanced_counts, balanced_weights]),
 )
 def test_reverse_equals_forward_property(
-    seed: int, loss: str, newton: bool, n_steps: int, l2pw: float, weighted: bool, base_refit: bool
+    seed: int, loss: str, newton: bool, n_steps: int, l2m: float, weighted: bool, base_refit: bool,
+    factors: object,
 ) -> None:
     spec = random_spec(
-        seed,
-        loss=loss,
-        newton=newton,
-        n_steps=n_steps,
-        l2pw=l2pw,
-        weighted=weighted,
-        base_refit=base_refit,
-        n=30,
-        n_trees=4,
+        seed, loss=loss, newton=newton, n_steps=n_steps, l2m=l2m, weighted=weighted,
+        base_refit=base_refit, n=30, n_trees=4, dataset_rule=factors,  # type: ignore[arg-type]
     )
     engine = InfluenceEngine(spec.ensemble())
     test = TestPoints(spec.test_leaf, spec.offset_test, spec.y_test)
@@ -276,12 +355,15 @@ def test_bad_inputs_are_refused() -> None:
     with pytest.raises(InputError, match="aggregate"):
         engine.leaf_refit(test, aggregate="median")  # type: ignore[arg-type]
     fields = _fields(spec.ensemble())
-    with pytest.raises(InputError, match="labels must lie in"):
+    with pytest.raises(InputError, match="must lie in"):
         TreeEnsemble.build(**{**fields, "y": np.full(spec.y.size, 2.0)})
     with pytest.raises(InputError, match="outside"):
         TreeEnsemble.build(**{**fields, "leaf_index": spec.leaf + 10})
     with pytest.raises(InputError, match="NaN"):
-        TreeEnsemble.build(**{**fields, "sample_weight": np.full(spec.y.size, np.nan)})
+        TreeEnsemble.build(**{**fields, "user_weight": np.full(spec.y.size, np.nan)})
+    with pytest.raises(InputError, match="alone in its round"):
+        TreeEnsemble.build(**{**fields, "tree_round": np.zeros(spec.leaf.shape[0], int),
+                              "step_scales": np.ones((spec.leaf.shape[0], 2)), "n_steps": 2})
     boolean = np.zeros(spec.y.size, dtype=bool)
     boolean[[2, 7]] = True
     np.testing.assert_array_equal(engine.leaf_refit(test, rows=boolean), engine.leaf_refit(test, rows=[2, 7]))

@@ -69,6 +69,7 @@ RECIPES = {
             "depth": 2,
             "learning_rate": 0.3,
             "random_strength": 0,
+            "bootstrap_type": "No",  # deleting a row must not shift the bootstrap's random stream
         },
         num_boost_round=30,
     ),
@@ -101,7 +102,7 @@ def _row(study, label: str, subset: str):
     return s.iloc[i]
 
 
-def _check_common(study, rel_tol: float, min_kept: int) -> None:
+def _check_common(study, rel_tol: float, min_kept: int, per_point_offset: bool = False) -> None:
     kept = study.kept
     assert kept.sum() >= min_kept
     assert (~kept).sum() >= 1  # the study exercises both groups
@@ -111,7 +112,13 @@ def _check_common(study, rel_tol: float, min_kept: int) -> None:
     assert err <= rel_tol * scale
     # LeafInfluence is its first-order version: near-perfect agreement where the structure is kept.
     li = _row(study, "leaf_influence/all_points", "kept")
-    assert li.pearson > 0.999 and li.sign_agreement > 0.99 and li.ndcg > 0.99
+    if per_point_offset:
+        # CatBoost's l2 scales with the mean weight sum(w) / n: a weight derivative moves it, deleting
+        # a unit-weight row does not. That adds one constant per test point to every row's score, so
+        # only the ranking is compared here; derivative_study checks the derivative itself.
+        assert li.ndcg > 0.99
+    else:
+        assert li.pearson > 0.999 and li.sign_agreement > 0.99 and li.ndcg > 0.99
     # Fast variants approximate LeafRefit, not better than it where it is exact.
     assert _row(study, "leaf_refit/single_point", "kept").ndcg <= 1.0
 
@@ -143,11 +150,9 @@ def test_loo_lightgbm(library: str) -> None:
 @pytest.mark.parametrize("library", ["catboost"])
 def test_loo_catboost(library: str) -> None:
     study = _study(library)
-    # Measured (seed 0, depth 2, random_strength 0, removal as weight 0 with the original borders):
-    # structure kept for 6/30 rows (20%); max |refit - actual| where kept 1.3e-15 (6.8e-15 of the
-    # largest change 0.20). LeafRefit, all rows: pearson 0.67, spearman 0.32, sign 0.66, NDCG 0.80;
-    # changed: pearson 0.67, NDCG 0.82.
-    _check_common(study, rel_tol=1e-9, min_kept=3)
+    # Measured (seed 0, depth 2, random_strength 0, no bootstrap, true deletion with the full
+    # quantization grid): see the figures printed by the study (test output with -s).
+    _check_common(study, rel_tol=1e-9, min_kept=3, per_point_offset=True)
     allr = _row(study, "leaf_refit/all_points", "all")
     assert allr.pearson > 0.6 and allr.ndcg > 0.75
 

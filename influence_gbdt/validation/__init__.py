@@ -9,7 +9,7 @@ removed and the model is retrained from scratch with the same parameters and see
 * :class:`TrainingRecipe` -- library + parameters + seed + rounds; ``fit`` / ``retrain`` /
   ``retrain_without`` train with the booster itself (XGBoost ``xgb.train``, LightGBM ``lgb.train``
   with ``deterministic=True`` and fixed threads, CatBoost with the original model's
-  ``input_borders`` and removal as weight 0, so that quantisation and the random stream stay put).
+  ``input_borders``, so that deleting a row does not re-quantise the features).
 * :func:`same_structure` / :func:`structure_report` -- did the retrained model partition the
   remaining training rows (and the test rows) exactly as the original one?
 * :func:`loo_study` -- leave-one-out for a set of rows, compared with every method / update set:

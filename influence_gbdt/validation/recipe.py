@@ -38,16 +38,18 @@ class TrainingRecipe:
     n_threads : int
         Fixed thread count (LightGBM needs it for determinism).
     removal : {"delete", "zero_weight"}, optional
-        How :meth:`retrain_without` removes rows. Default: ``"zero_weight"`` for CatBoost (deleting
-        rows shifts its random stream), ``"delete"`` otherwise (true leave-one-out).
+        How :meth:`retrain_without` removes rows. Default ``"delete"`` (true leave-one-out, what
+        LeafRefit models). ``"zero_weight"`` keeps the row with weight 0, which for CatBoost is not
+        the same model: its l2 term scales with the row count.
 
     Notes
     -----
     The recipe adds only what determinism needs: the seed and thread count for all three,
     ``deterministic=True`` and ``verbose=-1`` for LightGBM, ``allow_writing_files=False`` for
-    CatBoost and, for CatBoost, the feature borders of the model trained by :meth:`fit` (saved with
-    ``save_borders`` and passed back as ``input_borders``), so that removing a row does not
-    re-quantise the features.
+    CatBoost and, for CatBoost, the full quantization grid of the training data of :meth:`fit`
+    (``Pool.quantize`` + ``save_quantization_borders``, passed back as ``input_borders``), so that
+    removing a row does not re-quantise the features. (``model.save_borders`` would write only the
+    borders the splits use, which restricts the candidate splits of every retrain.)
     """
 
     library: Library
@@ -62,7 +64,7 @@ class TrainingRecipe:
         if self.library not in ("xgboost", "lightgbm", "catboost"):
             raise InputError(f"library must be 'xgboost', 'lightgbm' or 'catboost', got {self.library!r}.")
         if self.removal is None:
-            self.removal = "zero_weight" if self.library == "catboost" else "delete"
+            self.removal = "delete"
         if self.removal not in ("delete", "zero_weight"):
             raise InputError(f"removal must be 'delete' or 'zero_weight', got {self.removal!r}.")
 
@@ -76,14 +78,17 @@ class TrainingRecipe:
         xgboost.Booster, lightgbm.Booster or catboost.CatBoost
         """
         if self.library == "catboost":
-            self._borders = None
-            model = self._train(X, y, sample_weight)
+            import catboost
+
             tmp = tempfile.mkdtemp(prefix="influence_gbdt_borders_")
             weakref.finalize(self, shutil.rmtree, tmp, True)
             path = os.path.join(tmp, "borders.tsv")
-            model.save_borders(path)
+            grid = catboost.Pool(X, cat_features=self.params.get("cat_features"))
+            options = ("border_count", "feature_border_type")
+            grid.quantize(**{k: self.params[k] for k in options if k in self.params})
+            grid.save_quantization_borders(path)
             self._borders = path
-            return model
+            return self._train(X, y, sample_weight)
         return self._train(X, y, sample_weight)
 
     def retrain(self, X: Any, y: ArrayLike, sample_weight: ArrayLike | None = None) -> Any:

@@ -8,22 +8,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..losses import LOSS_CODES
-from ..losses import values as loss_values
+from ..losses import Loss
 from ..tabular import n_rows
 from .models import leaf_ids, split_signature, structure_report
 from .recipe import TrainingRecipe
 
 
-def test_losses(loss: str, y: NDArray[np.float64], margin: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Per-point loss (``"logloss"`` or ``"squared_error"``) of raw margins, shape (m,)."""
-    return np.asarray(
-        loss_values(
-            LOSS_CODES[loss],
-            np.ascontiguousarray(y, dtype=np.float64),
-            np.ascontiguousarray(margin, dtype=np.float64),
-        )
-    )
+def test_losses(loss: str | Loss, y: NDArray[np.float64], margin: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Per-point loss (a :class:`~influence_gbdt.losses.Loss` or its name) of raw margins, shape (m,)."""
+    return (loss if isinstance(loss, Loss) else Loss(loss)).values(y, margin)
 
 
 class Retraining:
@@ -57,7 +50,7 @@ class Retraining:
         y: ArrayLike,
         X_test: Any,
         y_test: ArrayLike,
-        loss: str = "logloss",
+        loss: str | Loss = "logloss",
         sample_weight: ArrayLike | None = None,
         check_structure: bool = True,
     ) -> None:

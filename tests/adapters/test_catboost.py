@@ -114,18 +114,20 @@ def test_base_margin_is_catboost_bias(data):
     assert abs(model.get_scale_and_bias()[1] - np.log(p / (1 - p))) < 1e-6  # CatBoost works in float32
     ens = CatBoostAdapter(model).describe(data[0], y, sw)
     np.testing.assert_allclose(ens.sample_weight, we, rtol=0, atol=0)
-    np.testing.assert_allclose(ens.weight_scale, np.where(yc == 1, 3.0, 1.0))
+    np.testing.assert_allclose(ens.weight_factor, np.where(yc == 1, 3.0, 1.0))
 
 
 # ----------------------------------------------------------------------------------------------
 # A plain numpy refit written from CatBoost's documented rules, one row at a time.
 
 
-def numpy_refit(model, X, y01, w_eff, Xt, scales, bias):
-    """Test margins of the fixed-structure model retrained (leaves only) with weights ``w_eff``."""
+def numpy_refit(model, X, y01, w_eff, Xt, scales, bias, n_rows=None):
+    """Test margins of the fixed-structure model retrained (leaves only) with weights ``w_eff`` on
+    ``n_rows`` rows (CatBoost's l2 is l2_leaf_reg * sum(w) / n_rows; a deleted row has weight 0
+    and is not counted)."""
     P = model.get_all_params()
     lr, n = float(np.float32(P["learning_rate"])), len(y01)
-    lam = float(np.float32(P["l2_leaf_reg"])) * w_eff.sum() / n
+    lam = float(np.float32(P["l2_leaf_reg"])) * w_eff.sum() / (n if n_rows is None else n_rows)
     newton = P["leaf_estimation_method"] == "Newton"
     logloss = P["loss_function"] == "Logloss"
     leaves = model.calc_leaf_indexes(cb.Pool(X)).astype(np.int64)
@@ -157,8 +159,10 @@ def const_bias(loss, y, w):
 
 REFIT_SETTINGS = [
     ("Logloss", dict(boost_from_average=True, class_weights=[1.0, 2.0]), True),
-    ("Logloss", dict(leaf_estimation_iterations=10, leaf_estimation_method="Gradient"), False),
-    ("RMSE", dict(leaf_estimation_iterations=10, boosting_type="Ordered"), True),
+    ("Logloss", dict(leaf_estimation_iterations=10, leaf_estimation_method="Gradient",
+                     leaf_estimation_backtracking="No"), False),
+    ("RMSE", dict(leaf_estimation_iterations=10, boosting_type="Ordered", leaf_estimation_backtracking="No"),
+     True),
     ("RMSE", dict(leaf_estimation_method="Newton", leaf_estimation_iterations=1), False),
 ]
 
@@ -176,25 +180,25 @@ def test_refit_and_influence_match_numpy_loop(data, loss, kw, weights):
     infl = eng.leaf_influence(test, rows=rows, on="prediction")
     scales = [ens.step_scales[t, : ens.n_steps[t]] for t in range(ens.n_trees)]
     user = np.ones(N) if sw is None else f32(sw)
-    factor = ens.weight_scale
+    factor = ens.weight_factor
     refit_bias = bool(model.get_all_params()["boost_from_average"])
 
     stored_bias = model.get_scale_and_bias()[1]
 
-    def margins(v, bias=None, bump=0.0):
+    def margins(v, bias=None, bump=0.0, n_rows=None):
         # A retrain re-estimates the bias exactly (CatBoost then rounds it to float32; not modelled).
         w_eff = f32(v * factor) + bump
         if bias is None:
             bias = const_bias(loss, ens.y, w_eff) if refit_bias else stored_bias
-        return numpy_refit(model, X, ens.y, w_eff, Xt, scales, bias)
+        return numpy_refit(model, X, ens.y, w_eff, Xt, scales, bias, n_rows)
 
     base = margins(user, stored_bias)
     np.testing.assert_allclose(base, adapter.raw_predict(Xt), rtol=0, atol=1e-12)
     eps = 1e-4
     for k, i in enumerate(rows):
         v = user.copy()
-        v[i] = 0.0
-        np.testing.assert_allclose(refit[k], base - margins(v), rtol=0, atol=1e-10)
+        v[i] = 0.0  # deleted: weight 0 and one row fewer
+        np.testing.assert_allclose(refit[k], base - margins(v, n_rows=N - 1), rtol=0, atol=1e-10)
         bump = np.zeros(N)
         bump[i] = eps * factor[i]  # d/d(user weight), in float64 (no float32 rounding of 1 +- eps)
         fd = (margins(user, bump=bump) - margins(user, bump=-bump)) / (2 * eps)
@@ -234,7 +238,9 @@ def test_leaf_refit_equals_true_retraining_when_structure_kept(data, loss, from_
     y = data[2] if loss == "Logloss" else data[4]
     model = Model(**params).fit(X, y)
     borders = str(tmp_path / "borders.tsv")
-    model.save_borders(borders)
+    grid = cb.Pool(X, y)
+    grid.quantize()
+    grid.save_quantization_borders(borders)  # the full grid: a deleted row must not re-quantize
     adapter = CatBoostAdapter(model)
     eng = adapter.prepare(X, y)
     test = TestPoints(leaf_index=adapter.leaf_indices(Xt), offset=adapter.init_offset(Xt))
@@ -244,11 +250,10 @@ def test_leaf_refit_equals_true_retraining_when_structure_kept(data, loss, from_
     raw, leaves, splits = adapter.raw_predict(Xt), model.calc_leaf_indexes(cb.Pool(X)), _splits(model)
     kept, worst = 0, 0.0
     for k, i in enumerate(rows):
-        w = np.ones(N)
-        w[i] = 0.0
-        retrained = Model(**params, input_borders=borders).fit(X, y, sample_weight=w)
+        keep = np.arange(N) != i
+        retrained = Model(**params, input_borders=borders).fit(X[keep], y[keep])  # true deletion
         same = _splits(retrained) == splits and np.array_equal(
-            retrained.calc_leaf_indexes(cb.Pool(X))[w > 0], leaves[w > 0]
+            retrained.calc_leaf_indexes(cb.Pool(X))[keep], leaves[keep]
         )
         if not same:
             continue

@@ -10,7 +10,6 @@ rounding) and refit differences to ~1e-13 relative (measured 2e-14 to 8e-14; 2e-
 from __future__ import annotations
 
 import re
-import warnings
 
 import numpy as np
 import pandas as pd
@@ -319,13 +318,12 @@ def test_class_weights(data):
     clf.fit(X, y, sample_weight=w)
     engine = LightGBMAdapter(clf).prepare(X, y, w)
     assert engine.relative_residual < 1e-6
-    np.testing.assert_array_equal(engine.ensemble.weight_scale, np.where(y == 1, 2.5, 1.0))
+    np.testing.assert_array_equal(engine.ensemble.weight_factor, np.where(y == 1, 2.5, 1.0))
     with pytest.raises(ReproductionError):  # the class weight is part of the model, not of the data
         LightGBMAdapter(clf.booster_).prepare(X, y, w)
     booster = train(data, "binary", False, True, is_unbalance=True)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        engine = LightGBMAdapter(booster).prepare(X, y)
+    engine = LightGBMAdapter(booster).prepare(X, y)
     assert engine.relative_residual < 1e-6
-    assert any("is_unbalance" in str(c.message) for c in caught)
-    assert not engine.ensemble.base_margin_refit
+    # The init score ignores the label weights: they are objective factors, not dataset factors.
+    assert engine.ensemble.base_rule == "mean"
+    assert not np.array_equal(engine.ensemble.objective_factor, engine.ensemble.dataset_factor)

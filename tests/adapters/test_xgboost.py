@@ -113,11 +113,11 @@ def test_reproduces_and_matches_refresh(data, target, extra, weighted, with_bm):
 
 
 def test_base_score_refit_matches_xgboost_estimate(data):
-    """base_margin_refit: XGBoost re-estimates the base score as the weighted label mean."""
+    """base_rule="mean": XGBoost re-estimates the base score as the weighted label mean."""
     X, y, w = data["X"], data["binary"], data["w"]
     params = {"objective": "binary:logistic", "max_depth": 3}
     engine = XGBoostAdapter(_train(params, X, y, w)).prepare(X, y, w)
-    assert engine.ensemble.base_margin_refit
+    assert engine.ensemble.base_rule == "mean"
     rows = np.array([0, 5, 17])
     _, base = engine.refit_leaf_values(rows, refit_base=True)
     for b, i in zip(base, rows, strict=True):
@@ -127,7 +127,7 @@ def test_base_score_refit_matches_xgboost_estimate(data):
         assert abs(b - np.log(p / (1 - p))) < 1e-6
     for fixed in ({"base_score": 0.5}, {"scale_pos_weight": 2.0}):
         bst = _train({**params, **fixed}, X, y, w)
-        assert not XGBoostAdapter(bst).prepare(X, y, w).ensemble.base_margin_refit
+        assert XGBoostAdapter(bst).prepare(X, y, w).ensemble.base_rule == "fixed"
 
 
 def test_sklearn_wrappers_booster_and_dataframe_agree(data):

@@ -1,0 +1,196 @@
+"""LeafRefit (numba): every leaf recomputed with one training row deleted, structure fixed (the
+paper's Algorithms 1-3, generalized to rounds, multi-step leaves and backtracking). Private."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numpy.typing import NDArray
+
+from ._kernels import NONE, add_round, leaf_step, round_sizes, select_leaves, step_point
+from ._tables import Tables
+from .losses import grad_hess, point, value, weighted
+
+
+@numba.njit(cache=True, nogil=True)
+def _margin(
+    tb: Tables, t: int, A: NDArray[np.float64], delta: NDArray[np.float64], moved: bool, j: int,
+    u: NDArray[np.float64], mrow: NDArray[np.float64],
+) -> None:
+    """Row ``j``'s margins for tree ``t`` in the refit: original ``A[j]``, plus its propagated
+    change ``delta[j]`` if ``moved``, plus the tree's in-tree move ``u``."""
+    mrow[:] = A[j]
+    if moved:
+        for c in range(mrow.shape[0]):
+            mrow[c] += delta[j, c]
+    mrow[tb.out[t]] += u[tb.leaf_off[t] + tb.leaf[t, j]]
+
+
+@numba.njit(cache=True, nogil=True)
+def _round_sums(
+    tb: Tables, r: int, a: int, A: NDArray[np.float64], delta: NDArray[np.float64], u: NDArray[np.float64],
+    w_new: NDArray[np.float64], sel: NDArray[np.bool_], every: bool, changed: bool, i0: int,
+    Gs: NDArray[np.float64], Hs: NDArray[np.float64], scratch: NDArray[np.float64],
+) -> None:
+    """Leaf sums of round ``r`` at in-tree moves ``u`` (its ``a``-th step), row ``i0`` deleted.
+
+    A leaf whose rows all keep their original margins and weights, at the original replay's
+    ``a``-th step, reuses the cached sums minus row ``i0``'s share; the others are summed anew.
+    """
+    K = A.shape[1]
+    t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
+    rl0 = tb.leaf_off[t0]
+    mrow, z, g, h = scratch[0, :K], scratch[1, : tb.zsize], scratch[2, :K], scratch[3, :K]
+    track = delta.shape[0] > 0
+    for t in range(t0, t1):
+        c = tb.out[t]
+        for gl in range(tb.leaf_off[t], tb.leaf_off[t + 1]):
+            lj = gl - tb.leaf_off[t]
+            sl = tb.sl_off[tb.step_ptr[t] + a] + lj if a < tb.n_steps[t] else -1
+            clean = not (every or changed or sel[gl]) and sl >= 0 and u[gl] == tb.u_before[sl]
+            Gs[gl - rl0] = 0.0
+            Hs[gl - rl0] = 0.0
+            if clean:
+                Gs[gl - rl0] = tb.G[sl]
+                Hs[gl - rl0] = tb.H[sl]
+                if lj == tb.leaf[t, i0]:  # the cached sums without row i0's original share
+                    step_point(tb, r, a, A, i0, mrow, z)
+                    grad_hess(tb.code, tb.prm, tb.y[i0], z, g, h)
+                    wg, wh = weighted(tb.code, g[c], h[c], tb.w[i0], tb.f32)
+                    Gs[gl - rl0] -= wg
+                    Hs[gl - rl0] -= wh if tb.newton[t] else tb.w[i0]
+                continue
+            first = tb.leaf_first[gl]
+            for q in range(first, first + tb.leaf_count[gl]):
+                j = tb.rows_by_leaf[t, q]
+                if j == i0:
+                    continue
+                _margin(tb, t, A, delta, track and (every or sel[gl]), j, u, mrow)
+                point(tb.code, tb.prm, mrow, z)
+                grad_hess(tb.code, tb.prm, tb.y[j], z, g, h)
+                wg, wh = weighted(tb.code, g[c], h[c], w_new[j], tb.f32)
+                Gs[gl - rl0] += wg
+                Hs[gl - rl0] += wh if tb.newton[t] else w_new[j]
+
+
+@numba.njit(cache=True, nogil=True)
+def _round_steps(
+    tb: Tables, r: int, Gs: NDArray[np.float64], Hs: NDArray[np.float64], mean_w: float,
+    d: NDArray[np.float64],
+) -> None:
+    """The leaf steps ``d`` (indexed like ``Gs``) of round ``r`` from its leaf sums."""
+    rl0 = tb.leaf_off[tb.round_ptr[r]]
+    for t in range(tb.round_ptr[r], tb.round_ptr[r + 1]):
+        for gl in range(tb.leaf_off[t], tb.leaf_off[t + 1]):
+            lam = tb.l2[gl] + tb.l2m[t] * mean_w
+            d[gl - rl0] = leaf_step(Gs[gl - rl0], Hs[gl - rl0], lam, tb.l1[t], tb.mds[t])[0]
+
+
+@numba.njit(cache=True, nogil=True)
+def _tree_loss(
+    tb: Tables, t: int, A: NDArray[np.float64], delta: NDArray[np.float64], u: NDArray[np.float64],
+    w_new: NDArray[np.float64], sel: NDArray[np.bool_], every: bool, i0: int, mrow: NDArray[np.float64],
+) -> float:
+    """The weighted training loss with tree ``t``'s leaves moved by ``u`` (row ``i0`` deleted)."""
+    track = delta.shape[0] > 0
+    total = 0.0
+    for j in range(A.shape[0]):
+        if j != i0:
+            _margin(tb, t, A, delta, track and (every or sel[tb.leaf_off[t] + tb.leaf[t, j]]), j, u, mrow)
+            total += w_new[j] * value(tb.code, tb.prm, tb.y[j], mrow)
+    return total
+
+
+@numba.njit(cache=True, nogil=True)
+def refit_one(  # noqa: C901 -- one loop nest over rounds and steps, with the backtracking walk
+    tb: Tables, A0: NDArray[np.float64], i0: int, mode: int, k: int,
+    shift: NDArray[np.float64], fac_new: NDArray[np.float64], changed: bool,
+) -> NDArray[np.float64]:
+    """New leaf values, shape (n_total,), with row ``i0`` deleted.
+
+    ``A0`` (n, K) are the original initial margins, ``shift`` (K,) the change of the base margin
+    and ``fac_new`` (2, G) the dataset and objective factors without the row (``changed``: they
+    differ from the original ones). A backtracking tree re-decides which steps it accepts on the
+    changed data.
+    """
+    n, K = A0.shape
+    A = A0.copy()
+    track = mode != NONE
+    delta = np.empty((n if track else 0, K))
+    delta[:, :] = shift
+    w_new = tb.w.copy()
+    if changed:
+        for j in range(n):
+            d = tb.v[j] * fac_new[0, tb.grp[j]]
+            w_new[j] = (np.float64(np.float32(d)) if tb.f32w else d) * fac_new[1, tb.grp[j]]
+    w_new[i0] = 0.0
+    mean_w = w_new.sum() / (n - 1)
+    n_total = tb.leaf_off[-1]
+    out = np.empty(n_total)
+    u = np.zeros(n_total)
+    u_try = np.zeros(n_total)
+    sel = np.zeros(n_total, dtype=np.bool_)
+    most_leaves, _ = round_sizes(tb)
+    Gs = np.empty(most_leaves)
+    Hs = np.empty(most_leaves)
+    d = np.empty(most_leaves)
+    scratch = np.empty((4, max(K, tb.zsize)))
+    mrow = np.empty(K)
+    for r in range(tb.round_ptr.shape[0] - 1):
+        t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
+        rl0, rl1 = tb.leaf_off[t0], tb.leaf_off[t1]
+        every = track
+        for t in range(t0, t1):
+            if track:
+                chosen = sel[tb.leaf_off[t] : tb.leaf_off[t + 1]]
+                every = select_leaves(tb, t, mode, k, delta, chosen) and every
+        if tb.backtrack[t0]:  # alone in its round: AnyImprovement, re-decided without the row
+            accepted, scale = 0, 1.0
+            _round_sums(tb, r, 0, A, delta, u, w_new, sel, every, changed, i0, Gs, Hs, scratch)
+            _round_steps(tb, r, Gs, Hs, mean_w, d)
+            current = _tree_loss(tb, t0, A, delta, u, w_new, sel, every, i0, mrow)
+            for it in range(tb.n_iter[t0]):
+                for gl in range(rl0, rl1):
+                    u_try[gl] = u[gl] + scale * d[gl - rl0]
+                trial = _tree_loss(tb, t0, A, delta, u_try, w_new, sel, every, i0, mrow)
+                if trial < current:
+                    u[rl0:rl1] = u_try[rl0:rl1]
+                    current, accepted, scale = trial, accepted + 1, 1.0
+                    if it + 1 < tb.n_iter[t0]:
+                        _round_sums(
+                            tb, r, accepted, A, delta, u, w_new, sel, every, changed, i0, Gs, Hs, scratch)
+                        _round_steps(tb, r, Gs, Hs, mean_w, d)
+                else:
+                    scale *= 0.5
+        else:
+            for s in range(tb.n_steps[t0]):
+                _round_sums(tb, r, s, A, delta, u, w_new, sel, every, changed, i0, Gs, Hs, scratch)
+                _round_steps(tb, r, Gs, Hs, mean_w, d)
+                for t in range(t0, t1):
+                    for gl in range(tb.leaf_off[t], tb.leaf_off[t + 1]):
+                        u[gl] += tb.scales[t, s] * d[gl - rl0]
+        for t in range(t0, t1):
+            for gl in range(tb.leaf_off[t], tb.leaf_off[t + 1]):
+                out[gl] = tb.lr[t] * u[gl]
+                u[gl] = 0.0
+        if track:
+            for t in range(t0, t1):
+                c = tb.out[t]
+                for j in range(n):
+                    gl = tb.leaf_off[t] + tb.leaf[t, j]
+                    delta[j, c] += out[gl] - tb.values[gl]
+        add_round(tb, r, A, tb.stored, 1.0)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def refit_many(
+    tb: Tables, A0: NDArray[np.float64], rows: NDArray[np.int64], mode: int, k: int,
+    shift: NDArray[np.float64], fac_new: NDArray[np.float64], changed: NDArray[np.bool_],
+) -> NDArray[np.float64]:
+    """:func:`refit_one` for each of ``rows`` (B,); ``shift`` (B, K), ``fac_new`` (B, 2, G),
+    ``changed`` (B,). Returns (B, n_total)."""
+    out = np.empty((rows.shape[0], tb.leaf_off[-1]))
+    for b in range(rows.shape[0]):
+        out[b, :] = refit_one(tb, A0, rows[b], mode, k, shift[b], fac_new[b], changed[b])
+    return out

@@ -1,0 +1,113 @@
+"""Reverse mode (numba): the exact LeafInfluence of every training row on a batch of objectives.
+
+Private: use :meth:`influence_gbdt.engine.InfluenceEngine.influence_reverse`. One sweep over the
+rounds, last to first, costs O(n * steps) for *all* training rows; the loss derivatives of a row
+are evaluated once per step and shared by the whole batch of objectives.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numpy.typing import NDArray
+
+from ._kernels import add_round, round_sizes, step_point
+from ._tables import Tables
+from .losses import grad_hess, vjp
+
+
+@numba.njit(cache=True, nogil=True)
+def reverse(  # noqa: C901 -- one loop nest over rounds, steps, rows and objectives
+    tb: Tables, A_final: NDArray[np.float64], c_leaf: NDArray[np.float64]
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """Vector-Jacobian products of ``B`` objectives through the whole ensemble.
+
+    Parameters
+    ----------
+    A_final : (n, K) the replay's final training margins.
+    c_leaf : (B, n_total) d objective / d leaf value coming from the test side.
+
+    Returns
+    -------
+    w_bar : (B, n) d objective / d effective weight of each row, through its own leaf sums.
+    a0_bar : (B, K) d objective / d initial margin (summed over rows): the base-margin channel.
+    big_w_bar : (B,) d objective / d (sum of effective weights), through the l2 term.
+    """
+    B = c_leaf.shape[0]
+    n, K = A_final.shape
+    A = A_final.copy()  # margins entering the current round, rebuilt by subtraction
+    a_bar = np.zeros((B, n, K))
+    w_bar = np.zeros((B, n))
+    big_w_bar = np.zeros(B)
+    most_leaves, most_slots = round_sizes(tb)
+    u_bar = np.empty((B, most_leaves))
+    g_bar = np.empty((B, most_slots))
+    d_bar = np.empty((B, most_slots))
+    z = np.empty(tb.zsize)
+    g = np.empty(K)
+    h = np.empty(K)
+    mrow = np.empty(K)
+    beta = np.empty(K)
+    gamma = np.empty(K)
+    vec = np.empty(K)
+    for r in range(tb.round_ptr.shape[0] - 2, -1, -1):
+        t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
+        rl0 = tb.leaf_off[t0]
+        rs0 = tb.sl_off[tb.step_ptr[t0]]
+        n_round = tb.leaf_off[t1] - rl0
+        for b in range(B):
+            u_bar[b, :n_round] = c_leaf[b, rl0 : rl0 + n_round]
+        for t in range(t0, t1):
+            c = tb.out[t]
+            for j in range(n):
+                gl = tb.leaf_off[t] + tb.leaf[t, j] - rl0
+                for b in range(B):
+                    u_bar[b, gl] += a_bar[b, j, c]
+            for gl in range(tb.leaf_off[t] - rl0, tb.leaf_off[t + 1] - rl0):
+                for b in range(B):
+                    u_bar[b, gl] *= tb.lr[t]
+            for s in range(tb.n_steps[t] - 1, -1, -1):
+                o = tb.sl_off[tb.step_ptr[t] + s]
+                for lj in range(tb.leaf_off[t + 1] - tb.leaf_off[t]):
+                    gl = tb.leaf_off[t] + lj - rl0
+                    for b in range(B):
+                        db = tb.scales[t, s] * u_bar[b, gl]
+                        gb = db * tb.RG[o + lj]
+                        dd = db * tb.RD[o + lj]
+                        g_bar[b, o + lj - rs0] = gb
+                        d_bar[b, o + lj - rs0] = dd
+                        u_bar[b, gl] += gb * tb.SDG[o + lj]
+                        if tb.newton[t]:
+                            u_bar[b, gl] += dd * tb.SDH[o + lj]
+                        big_w_bar[b] += dd * tb.l2m[t] / n
+        add_round(tb, r, A, tb.stored, -1.0)
+        for j in range(n):
+            wj = tb.w[j]
+            for s in range(tb.n_steps[t0]):
+                step_point(tb, r, s, A, j, mrow, z)
+                grad_hess(tb.code, tb.prm, tb.y[j], z, g, h)
+                for b in range(B):
+                    beta[:] = 0.0
+                    gamma[:] = 0.0
+                    acc = 0.0
+                    for t in range(t0, t1):
+                        c = tb.out[t]
+                        k = tb.sl_off[tb.step_ptr[t] + s] + tb.leaf[t, j] - rs0
+                        gb = g_bar[b, k]
+                        dd = d_bar[b, k]
+                        beta[c] += wj * gb
+                        if tb.newton[t]:
+                            gamma[c] += wj * dd
+                            acc += gb * g[c] + dd * h[c]
+                        else:
+                            acc += gb * g[c] + dd
+                    w_bar[b, j] += acc
+                    vjp(tb.code, tb.prm, tb.y[j], z, beta, gamma, vec)
+                    for c in range(K):
+                        a_bar[b, j, c] += vec[c]
+    a0_bar = np.zeros((B, K))
+    for b in range(B):
+        for j in range(n):
+            for c in range(K):
+                a0_bar[b, c] += a_bar[b, j, c]
+    return w_bar, a0_bar, big_w_bar

@@ -1,0 +1,104 @@
+"""The flat arrays the compiled kernels share (:class:`Tables`), built from a TreeEnsemble.
+
+Private: use :mod:`influence_gbdt.engine`. Indexing conventions:
+
+- tree ``t`` owns global leaves ``leaf_off[t] .. leaf_off[t + 1] - 1`` and adds to output ``out[t]``;
+- round ``r`` owns trees ``round_ptr[r] .. round_ptr[r + 1] - 1`` (fitted at the same margins);
+- tree ``t``'s leaf steps are the flat steps ``step_ptr[t] .. step_ptr[t + 1] - 1``, and flat step
+  ``st`` owns per-leaf slots ``sl_off[st] .. sl_off[st] + n_leaves[t] - 1`` in the step-leaf caches;
+- rows of leaf ``l`` of tree ``t`` are ``rows_by_leaf[t, leaf_first[l] : leaf_first[l] + leaf_count[l]]``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .ensemble import TreeEnsemble
+
+
+class Tables(NamedTuple):
+    """Flat arrays shared by the kernels; see the module docstring for the layout."""
+
+    leaf: NDArray[np.int32]  # (T, n) leaf of each training row, local to the tree
+    leaf_off: NDArray[np.int64]  # (T + 1,)
+    out: NDArray[np.int64]  # (T,) output of each tree
+    round_ptr: NDArray[np.int64]  # (R + 1,)
+    newton: NDArray[np.bool_]  # (T,)
+    lr: NDArray[np.float64]  # (T,)
+    l1: NDArray[np.float64]  # (T,)
+    mds: NDArray[np.float64]  # (T,) max_delta_step, 0 = none
+    l2: NDArray[np.float64]  # (n_total,)
+    l2m: NDArray[np.float64]  # (T,) l2 per unit of mean weight
+    n_steps: NDArray[np.int64]  # (T,)
+    scales: NDArray[np.float64]  # (T, S) accepted step scales
+    backtrack: NDArray[np.bool_]  # (T,)
+    n_iter: NDArray[np.int64]  # (T,) step tries of a backtracking tree
+    step_ptr: NDArray[np.int64]  # (T + 1,)
+    sl_off: NDArray[np.int64]  # (n_flat_steps + 1,)
+    rows_by_leaf: NDArray[np.int32]  # (T, n)
+    leaf_first: NDArray[np.int64]  # (n_total,)
+    leaf_count: NDArray[np.int64]  # (n_total,)
+    y: NDArray[np.float64]  # (n,)
+    v: NDArray[np.float64]  # (n,) user weights
+    grp: NDArray[np.int64]  # (n,) weight group
+    dfac: NDArray[np.float64]  # (G,) dataset factors
+    ofac: NDArray[np.float64]  # (G,) objective factors
+    f32w: bool  # dataset weights v * dfac rounded to float32
+    w: NDArray[np.float64]  # (n,) effective weights R(v * dfac[grp]) * ofac[grp]
+    code: int  # loss code
+    prm: NDArray[np.float64]  # loss parameters
+    zsize: int  # length of a row's loss point
+    K: int  # outputs
+    f32: bool  # round each row's w g and w h to float32 before the leaf sums (LightGBM)
+    stored: NDArray[np.float64]  # (n_total,) the model's stored leaf values: they move the margins
+    # Filled by replay():
+    values: NDArray[np.float64]  # (n_total,) recomputed leaf values
+    u_before: NDArray[np.float64]  # (n_sl,) in-tree move before each step
+    G: NDArray[np.float64]  # (n_sl,) sum w g
+    H: NDArray[np.float64]  # (n_sl,) sum w h (Newton) or sum w (Gradient)
+    SDG: NDArray[np.float64]  # (n_sl,) sum w dg/dm (own output), multi-step trees only
+    SDH: NDArray[np.float64]  # (n_sl,) sum w dh/dm (own output), multi-step trees only
+    RG: NDArray[np.float64]  # (n_sl,) d step / d G
+    RD: NDArray[np.float64]  # (n_sl,) d step / d (H + lam)
+    GV: NDArray[np.float64]  # (n_sl, G) per-group sum v g (only with factor derivatives; else (0, 0))
+    HV: NDArray[np.float64]  # (n_sl, G) per-group sum v h or v (as GV)
+
+
+def build_tables(e: TreeEnsemble, group_sums: bool) -> Tables:
+    """Flatten ``e`` into the kernels' layout and allocate the replay caches.
+
+    ``group_sums``: also cache per-group leaf sums (needed for class factors that move with the
+    user's weights).
+    """
+    T, n = e.n_trees, e.n_rows
+    step_ptr = np.zeros(T + 1, dtype=np.int64)
+    np.cumsum(e.n_steps, out=step_ptr[1:])
+    sl_off = np.zeros(step_ptr[-1] + 1, dtype=np.int64)
+    np.cumsum(np.repeat(e.n_leaves, e.n_steps), out=sl_off[1:])
+    n_sl = int(sl_off[-1])
+    rows_by_leaf = np.argsort(e.leaf_index, axis=1, kind="stable").astype(np.int32)
+    global_leaf = e.leaf_index.astype(np.int64) + e.leaf_offset[:-1, None]
+    leaf_count = np.bincount(global_leaf.ravel(), minlength=e.n_total_leaves).astype(np.int64)
+    first_global = np.zeros(e.n_total_leaves + 1, dtype=np.int64)
+    np.cumsum(leaf_count, out=first_global[1:])
+    # Position of each leaf's first row inside its own tree's row of rows_by_leaf.
+    leaf_first = first_global[:-1] - np.repeat(np.arange(T, dtype=np.int64) * n, e.n_leaves)
+    round_ptr = np.searchsorted(e.tree_round, np.arange(int(e.tree_round[-1]) + 2)).astype(np.int64)
+    G = e.n_groups if group_sums else 0
+    return Tables(
+        leaf=e.leaf_index, leaf_off=e.leaf_offset, out=e.tree_output, round_ptr=round_ptr,
+        newton=e.newton, lr=e.learning_rate, l1=e.l1, mds=e.max_delta_step, l2=e.l2,
+        l2m=e.l2_per_mean_weight, n_steps=e.n_steps, scales=e.step_scales, backtrack=e.backtracking,
+        n_iter=e.n_iterations, step_ptr=step_ptr, sl_off=sl_off, rows_by_leaf=rows_by_leaf,
+        leaf_first=leaf_first, leaf_count=leaf_count, y=e.y, v=e.user_weight, grp=e.weight_group,
+        dfac=e.dataset_factor, ofac=e.objective_factor, f32w=e.float32_weights,
+        w=np.ascontiguousarray(e.sample_weight), code=e.loss.code,
+        prm=e.loss.params, zsize=e.loss.state_size, K=e.n_outputs, f32=e.float32_gradients,
+        stored=e.leaf_values,
+        values=np.empty(e.n_total_leaves), u_before=np.empty(n_sl), G=np.empty(n_sl),
+        H=np.empty(n_sl), SDG=np.zeros(n_sl), SDH=np.zeros(n_sl), RG=np.empty(n_sl),
+        RD=np.empty(n_sl), GV=np.zeros((n_sl if G else 0, G)), HV=np.zeros((n_sl if G else 0, G)),
+    )
