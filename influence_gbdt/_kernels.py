@@ -18,10 +18,10 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-import numba
 import numpy as np
 from numpy.typing import NDArray
 
+from . import _jit as numba
 from .losses import derivatives, point, weighted_gh
 
 ALL = 0

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 from numpy.typing import NDArray
+
+from . import _jit as numba
 
 LOGLOSS = 0
 SQUARED_ERROR = 1
