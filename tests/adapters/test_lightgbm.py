@@ -329,3 +329,14 @@ def test_class_weights(data):
     assert engine.relative_residual < 1e-6
     assert any("is_unbalance" in str(c.message) for c in caught)
     assert not engine.ensemble.base_margin_refit
+
+
+def test_feature_names_as_lightgbm_stores_them(data):
+    # LightGBM stores "my a" as "my_a"; the DataFrame it was trained on is still its own.
+    X = pd.DataFrame(data["X"][:, :3], columns=["my a", "b", "c"])
+    model = lgb.LGBMRegressor(n_estimators=5, num_leaves=6, verbose=-1).fit(X, data["regression"])
+    adapter = LightGBMAdapter(model)
+    assert adapter.model_features() == (3, ["my_a", "b", "c"])
+    adapter.check_features(X)
+    with pytest.raises(InputError, match=r"another order\). Select them in the model's order"):
+        adapter.check_features(X[["b", "my a", "c"]])
