@@ -213,6 +213,10 @@ class BoostingInfluence:
             The data does not reproduce the model (other rows, order, labels, weights, params).
         InputError
             Wrong shapes or columns, misaligned indexes, NaN labels, labels the model never saw.
+
+        Notes
+        -----
+        A failed ``fit`` leaves the explainer unfitted: a previous fit is discarded first.
         """
         self._forget_fit()
         self._check_settings()
