@@ -10,15 +10,38 @@ data set to the leaves of every tree. It never reaches into the engine beyond th
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import numpy as np
+import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 
 from influence_gbdt.engine import InfluenceEngine
 from influence_gbdt.ensemble import TreeEnsemble
+from influence_gbdt.errors import InfluenceError, InputError, booster_message
+from influence_gbdt.labels import LabelMap
 from influence_gbdt.tabular import n_rows
+
+
+def check_numeric_params(library: str, params: Mapping[str, Any], keys: Iterable[str]) -> None:
+    """Refuse a ``params`` value under one of ``keys`` that is not a finite number.
+
+    Raises
+    ------
+    InputError
+        Naming the parameter and its value.
+    """
+    for key in keys:
+        if key not in params:
+            continue
+        try:
+            ok = bool(np.isfinite(float(params[key])))
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise InputError(f"{library} parameter {key!r} must be a finite number, got {params[key]!r}.")
 
 
 class BoosterAdapter(ABC):
@@ -37,6 +60,8 @@ class BoosterAdapter(ABC):
     library: ClassVar[str]
     #: Relative self-check tolerance (max |recomputed - stored| / max |stored|), justified per library.
     rtol: ClassVar[float]
+    #: The engine's loss ("logloss", "squared_error"), read from the model by the adapter.
+    loss: str
 
     def __init__(self, model: Any, params: Mapping[str, Any] | None = None) -> None:
         self.model = model
@@ -68,45 +93,91 @@ class BoosterAdapter(ABC):
             return np.zeros(n)
         offset = np.asarray(init_score, dtype=np.float64).ravel()
         if offset.shape != (n,):
-            from influence_gbdt.errors import InputError
-
             raise InputError(f"init_score must have one value per row ({n}), got shape {offset.shape}.")
         return offset
 
-    def encode_labels(self, y: ArrayLike) -> NDArray[np.float64]:
-        """Labels as the loss sees them, ndarray of shape (n_rows,), float64.
+    def label_map(self) -> LabelMap:
+        """How the model reads labels: a scikit-learn classifier's ``classes_`` (class index 1 is
+        the class of ``predict_proba[:, 1]``); a raw Booster records none, so a binary loss needs
+        0/1 labels; a regressor takes numbers. CatBoost overrides this (class_names, target_border)."""
+        name = type(self.model).__name__
+        if self.loss != "logloss":
+            return LabelMap(source=name)
+        classes = getattr(self.model, "classes_", None)
+        if classes is not None:
+            return LabelMap(classes=tuple(classes), source=f"{name}.classes_")
+        return LabelMap(binary=True, source=f"A raw {self.library} {name}")
 
-        A scikit-learn classifier's labels (strings, {-1, 1}, ...) become 0/1 through its
-        ``classes_`` (the second class is the positive one); other labels are cast to float.
+    def encode_labels(self, y: ArrayLike) -> NDArray[np.float64]:
+        """Labels as the loss sees them, ndarray of shape (n_rows,), float64: the class index for a
+        classifier (see :meth:`label_map`), the number for a regressor.
 
         Raises
         ------
         InputError
-            On NaN labels or labels the classifier never saw.
+            On missing labels, labels the model never saw, or non-numeric labels for a regressor.
         """
-        from influence_gbdt.errors import InputError
+        return self.label_map().encode(y)
 
-        arr = np.asarray(y)
-        if arr.ndim == 2 and arr.shape[1] == 1:
-            arr = arr.ravel()
-        if arr.ndim != 1:
-            raise InputError(f"Labels must be one-dimensional, got shape {arr.shape}.")
-        classes = getattr(self.model, "classes_", None)
-        if classes is not None and len(classes) == 2:
-            known = np.isin(arr, classes)
-            if not known.all():
-                raise InputError(
-                    f"Labels {np.unique(arr[~known])[:5].tolist()} are not among the classifier's "
-                    f"classes {list(classes)}."
-                )
-            return (arr == classes[1]).astype(np.float64)
+    def model_features(self) -> tuple[int, list[str] | None]:
+        """(number of features, their names as the model stores them or None when the model was
+        trained without names)."""
+        raise NotImplementedError
+
+    def stored_name(self, column: Any) -> str:
+        """A DataFrame column's name as the booster stores it (LightGBM replaces spaces)."""
+        return str(column)
+
+    def check_features(self, X: Any) -> None:
+        """Refuse ``X`` unless it has the model's features: as many columns, and for a DataFrame the
+        model's feature names in training order (where the model records names). A numpy array or
+        sparse matrix is read by position, as the boosters read it.
+
+        Raises
+        ------
+        InputError
+            With the columns to select.
+        """
+        n_model, names = self.model_features()
+        n = int(X.shape[1])
+        if n != n_model:
+            raise InputError(
+                f"X has {n} columns but the {self.library} model was trained on {n_model} features"
+                + (f" {names[:20]}" if names else "")
+                + ": pass exactly the model's features, in training order."
+            )
+        if names is None or not isinstance(X, pd.DataFrame):
+            return
+        given = [self.stored_name(c) for c in X.columns]
+        if given != names:
+            diff = [c for c in names if c not in given][:5]
+            extra = [c for c, s in zip(X.columns, given, strict=True) if s not in names][:5]
+            detail = (
+                f"missing {diff}, unknown {extra}" if diff or extra else "same names, another order"
+            )
+            raise InputError(
+                f"X's columns are not the features the {self.library} model was trained on, in order "
+                f"({detail}). Select them in the model's order: X[{names[:20]}]"
+                + (" (and so on)" if len(names) > 20 else "")
+                + "."
+            )
+
+    #: Exceptions the booster raises on data it cannot read (besides ValueError and TypeError).
+    data_errors: ClassVar[tuple[type[Exception], ...]] = ()
+
+    @contextmanager
+    def reading(self, what: str = "X") -> Iterator[None]:
+        """Turn the booster's error on unreadable data into one-line :class:`InputError`."""
+        errors: tuple[type[Exception], ...] = (ValueError, TypeError, *self.data_errors)
         try:
-            out = arr.astype(np.float64)
-        except (TypeError, ValueError) as exc:
-            raise InputError(f"Labels must be numeric for this model: {exc}.") from None
-        if not np.all(np.isfinite(out)):
-            raise InputError("Labels contain NaN or infinite values: drop or fix those rows first.")
-        return out
+            yield
+        except InfluenceError:
+            raise
+        except errors as exc:
+            raise InputError(
+                f"{self.library} cannot read {what}: {booster_message(exc)}. Pass {what} as the model was "
+                "trained on it (same columns, dtypes and categorical columns)."
+            ) from exc
 
     @property
     def hint(self) -> str:

@@ -18,11 +18,13 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+import catboost
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from influence_gbdt.ensemble import TreeEnsemble
 from influence_gbdt.errors import InputError, UnsupportedModelError
+from influence_gbdt.labels import LabelMap
 from influence_gbdt.tabular import n_rows
 
 from .base import BoosterAdapter
@@ -46,10 +48,11 @@ class CatBoostAdapter(BoosterAdapter):
     model : catboost.CatBoost, CatBoostClassifier or CatBoostRegressor
         A trained model (also one loaded with ``load_model``).
     params : mapping, optional
-        Ignored: CatBoost keeps every training parameter in the model (``get_all_params``).
+        Must be empty: CatBoost keeps every training parameter in the model (``get_all_params``).
     """
 
     library: ClassVar[str] = "catboost"
+    data_errors: ClassVar[tuple[type[Exception], ...]] = (catboost.CatBoostError,)
     #: Labels, weights and the learning rate are rounded to float32 exactly as CatBoost does, so the
     #: replay agrees to double-precision rounding (~1e-15 measured); 1e-10 leaves room for long sums.
     rtol: ClassVar[float] = 1e-10
@@ -58,6 +61,7 @@ class CatBoostAdapter(BoosterAdapter):
         super().__init__(model, params)
         if not hasattr(model, "get_all_params") or not model.is_fitted():
             raise UnsupportedModelError("The CatBoost model is not trained: call fit() before wrapping it.")
+        _refuse_model_kind(model, self.params)
         self._p: dict[str, Any] = model.get_all_params()
         p = self._p
         loss = str(p.get("loss_function", "")).split(":")[0]
@@ -97,8 +101,6 @@ class CatBoostAdapter(BoosterAdapter):
                 return fh.read()
 
     def _pool(self, X: Any) -> Any:
-        import catboost
-
         if isinstance(X, catboost.Pool):
             return X
         return catboost.Pool(X, cat_features=list(self.model.get_cat_feature_indices()) or None)
@@ -114,34 +116,40 @@ class CatBoostAdapter(BoosterAdapter):
             "as in training), the labels, the user sample weights and any baseline (init_score)."
         )
 
+    def model_features(self) -> tuple[int, list[str] | None]:
+        """(number of features, the model's feature names, None for CatBoost's "0", "1", ...)."""
+        names = [str(name) for name in self.model.feature_names_]
+        return len(names), None if names == [str(i) for i in range(len(names))] else names
+
     def leaf_indices(self, X: Any) -> NDArray[np.int32]:
         """Leaf of every row in every tree, ndarray of shape (n_trees, n_rows), int32."""
-        return np.ascontiguousarray(self.model.calc_leaf_indexes(self._pool(X)).T, dtype=np.int32)
+        with self.reading():
+            leaves = self.model.calc_leaf_indexes(self._pool(X))
+        return np.ascontiguousarray(leaves.T, dtype=np.int32)
 
     def raw_predict(self, X: Any, init_score: ArrayLike | None = None) -> NDArray[np.float64]:
         """``RawFormulaVal`` prediction plus ``init_score`` (CatBoost's baseline), shape (n_rows,)."""
-        raw = np.asarray(self.model.predict(self._pool(X), prediction_type="RawFormulaVal"), np.float64)
+        with self.reading():
+            raw = np.asarray(self.model.predict(self._pool(X), prediction_type="RawFormulaVal"), np.float64)
         return raw + self.init_offset(X, init_score)
 
-    def _labels(self, y: ArrayLike) -> NDArray[np.float64]:
-        """Labels as CatBoost trains on them (float32; class names mapped to 0/1), shape (n,)."""
-        y = np.asarray(y).ravel()
-        names = self._p.get("class_names")
-        if self.loss == "squared_error":
-            return _f32(y)
-        if names is not None and len(names) == 2:
-            pos = names[1]
-            if np.issubdtype(y.dtype, np.number) and isinstance(pos, int | float):
-                labels = (y.astype(np.float64) == float(pos)).astype(np.float64)
-                known = labels.astype(bool) | (y.astype(np.float64) == float(names[0]))
-            else:
-                labels = (y.astype(str) == str(pos)).astype(np.float64)
-                known = labels.astype(bool) | (y.astype(str) == str(names[0]))
-            if not known.all():
-                raise InputError(f"y holds labels other than the model's classes {list(names)}.")
-            return labels
+    def label_map(self) -> LabelMap:
+        """As CatBoost reads labels: ``target_border`` binarizes numbers (label > border is class 1),
+        else ``class_names`` lists the classes in class-index order (``class_names[1]`` is the class
+        of ``predict_proba[:, 1]``); a regressor takes numbers."""
+        if self.loss != "logloss":
+            return LabelMap(source="CatBoost regressor")
         border = self._p.get("target_border")
-        return (_f32(y) > border).astype(np.float64) if border is not None else _f32(y)
+        if border is not None:
+            return LabelMap(border=float(border), source="The CatBoost model's target_border")
+        names = self._p.get("class_names")
+        if names:
+            return LabelMap(classes=tuple(names), source="CatBoost class_names")
+        return LabelMap(binary=True, source="The CatBoost model")
+
+    def _labels(self, y: ArrayLike) -> NDArray[np.float64]:
+        """Labels as CatBoost trains on them (float32; classes as class indices), shape (n,)."""
+        return _f32(self.encode_labels(y))
 
     def describe(
         self,
@@ -273,6 +281,36 @@ class CatBoostAdapter(BoosterAdapter):
                 stack.append(second)
             stack.append(first)
         return best[1] or [0.0]
+
+
+def _refuse_model_kind(model: Any, params: Mapping[str, Any]) -> None:
+    """Refuse, before any parameter is read, CatBoost models whose leaves cannot be recomputed (and
+    ``params``, which would be ignored)."""
+    if params:
+        raise InputError(
+            f"params {sorted(params)} would be ignored: a CatBoost model records every training "
+            "parameter itself. Leave params unset."
+        )
+    for kind, indices, why in (
+        ("text", model.get_text_feature_indices, "tokenized and turned into numbers by estimators "
+         "fitted on the labels (BoW, NaiveBayes, BM25)"),
+        ("embedding", model.get_embedding_feature_indices, "turned into numbers by estimators fitted "
+         "on the labels (LDA, KNN)"),
+    ):
+        if len(indices()):
+            raise UnsupportedModelError(
+                f"Cannot reproduce this CatBoost model: its {kind} features (columns {list(indices())}) "
+                f"are {why}, whose training-time values the model does not record. Retrain without "
+                f"{kind}_features (turn them into numeric columns yourself)."
+            )
+    try:
+        model.get_all_params()
+    except catboost.CatBoostError:
+        raise UnsupportedModelError(
+            "Cannot reproduce this CatBoost model: it records no training parameters (a model made "
+            "by sum_models, or converted from another format), so its leaf values cannot be "
+            "recomputed. Wrap a model trained by fit()."
+        ) from None
 
 
 def _constraints(p: Mapping[str, Any]) -> list[Any]:

@@ -36,7 +36,7 @@ from numpy.typing import ArrayLike, NDArray
 from influence_gbdt.ensemble import TreeEnsemble
 from influence_gbdt.errors import InputError, UnsupportedModelError
 
-from .base import BoosterAdapter
+from .base import BoosterAdapter, check_numeric_params
 
 _LOSSES: dict[str, str] = {"binary:logistic": "logloss", "reg:squarederror": "squared_error"}
 #: Accepted ``params`` keys -> canonical name (XGBoost aliases included).
@@ -52,6 +52,7 @@ _ALIASES: dict[str, str] = {
     "subsample": "subsample",
     "monotone_constraints": "monotone_constraints",
     "base_score": "base_score",
+    "missing": "missing",
 }
 _HESSIAN_FLOOR = 1e-16
 
@@ -93,12 +94,14 @@ class XGBoostAdapter(BoosterAdapter):
 
     library: ClassVar[str] = "xgboost"
     rtol: ClassVar[float] = 1e-5
+    data_errors: ClassVar[tuple[type[Exception], ...]] = (xgb.core.XGBoostError,)
 
     def __init__(self, model: Any, params: Mapping[str, Any] | None = None) -> None:
         super().__init__(model, params)
         unknown = sorted(set(self.params) - set(_ALIASES))
         if unknown:
             raise InputError(f"params keys {unknown} are not used; accepted keys: {sorted(_ALIASES)}.")
+        check_numeric_params("XGBoost", self.params, set(_ALIASES) - {"monotone_constraints"})
         self.booster = self._get_booster(model)
         config = json.loads(self.booster.save_config())["learner"]
         self._check_supported(config)
@@ -205,14 +208,36 @@ class XGBoostAdapter(BoosterAdapter):
         return np.concatenate(maps), offsets, values
 
     # ----------------------------------------------------------------------------- data access
+    def model_features(self) -> tuple[int, list[str] | None]:
+        """(number of features, the booster's feature names or None)."""
+        names = self.booster.feature_names
+        return self.booster.num_features(), None if names is None else list(names)
+
+    @property
+    def missing(self) -> float:
+        """The value XGBoost reads as missing: ``params['missing']``, else the scikit-learn model's
+        ``missing`` (a Booster does not record it: NaN)."""
+        value = self.params.get("missing", getattr(self.model, "missing", None))
+        return np.nan if value is None else float(value)
+
     def _dmatrix(self, X: Any, base_margin: ArrayLike | None = None) -> xgb.DMatrix:
         if isinstance(X, xgb.DMatrix):
             raise InputError("Pass X as a numpy array or pandas DataFrame, not a DMatrix.")
-        return xgb.DMatrix(X, base_margin=base_margin, enable_categorical=self._cat or hasattr(X, "dtypes"))
+        return xgb.DMatrix(
+            X, base_margin=base_margin, missing=self.missing,
+            enable_categorical=self._cat or hasattr(X, "dtypes"),
+        )
+
+    def _predict(self, X: Any, base_margin: ArrayLike | None = None, **kwargs: Any) -> NDArray[Any]:
+        """``Booster.predict`` on ``X``; an array is read by position (as XGBClassifier.predict does),
+        a DataFrame by the names :meth:`check_features` compared."""
+        with self.reading():
+            dm = self._dmatrix(X, base_margin)
+            return np.asarray(self.booster.predict(dm, validate_features=hasattr(X, "columns"), **kwargs))
 
     def leaf_indices(self, X: Any) -> NDArray[np.int32]:
         """Leaf of every row in every tree, ndarray of shape (n_trees, n_rows), int32, ``0 .. n_leaves-1``."""
-        nodes = self.booster.predict(self._dmatrix(X), pred_leaf=True).astype(np.int64)
+        nodes = self._predict(X, pred_leaf=True).astype(np.int64)
         nodes = nodes.reshape(nodes.shape[0], -1)
         leaves = self._leaf_map[nodes + self._node_offset[None, :]]
         if leaves.min() < 0:
@@ -222,7 +247,7 @@ class XGBoostAdapter(BoosterAdapter):
     def raw_predict(self, X: Any, init_score: ArrayLike | None = None) -> NDArray[np.float64]:
         """XGBoost's margin (``output_margin=True``) with every tree, ndarray of shape (n_rows,)."""
         margin = None if init_score is None else np.asarray(init_score, dtype=np.float32).ravel()
-        out = self.booster.predict(self._dmatrix(X, margin), output_margin=True, iteration_range=(0, 0))
+        out = self._predict(X, margin, output_margin=True, iteration_range=(0, 0))
         return np.asarray(out, dtype=np.float64).ravel()
 
     def init_offset(self, X: Any, init_score: ArrayLike | None = None) -> NDArray[np.float64]:
@@ -259,7 +284,7 @@ class XGBoostAdapter(BoosterAdapter):
         ``sample_weight`` (n,) are the user's weights; ``init_score`` (n,) the per-row base_margin
         used in training, if any. No self-check: see :meth:`prepare`.
         """
-        labels = np.asarray(y, dtype=np.float32).astype(np.float64).ravel()
+        labels = np.asarray(self.encode_labels(y), dtype=np.float32).astype(np.float64)
         n = labels.size
         if n_rows(X) != n:
             raise InputError(f"X has {n_rows(X)} rows but y has {n}.")

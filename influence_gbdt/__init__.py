@@ -8,13 +8,23 @@ on chosen test predictions (score > 0 = harmful)::
     scores = ex.score_training_points(X_test, y_test)   # (n_train, n_test)
 """
 
-from .errors import InfluenceError, InputError, NotFittedError, ReproductionError, UnsupportedModelError
+from .errors import (
+    InfluenceError,
+    InputError,
+    LongRunWarning,
+    MissingDependencyError,
+    NotFittedError,
+    ReproductionError,
+    UnsupportedModelError,
+)
 from .explainer import BoostingInfluence
 
 __all__ = [
     "BoostingInfluence",
     "InfluenceError",
     "InputError",
+    "LongRunWarning",
+    "MissingDependencyError",
     "NotFittedError",
     "ReproductionError",
     "UnsupportedModelError",

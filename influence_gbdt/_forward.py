@@ -3,10 +3,10 @@ Algorithm 4, LeafInfluence), with an update set. Private: use the engine."""
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from numpy.typing import NDArray
 
+from . import _jit as numba
 from ._kernels import NONE, add_round, round_sizes, select_leaves, step_point
 from ._tables import Tables
 from .losses import grad_hess, jvp

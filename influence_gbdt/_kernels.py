@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 from numpy.typing import NDArray
 
+from . import _jit as numba
 from ._tables import Tables
 from .losses import grad_hess, jvp, point, weighted
 

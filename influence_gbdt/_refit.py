@@ -3,10 +3,10 @@ paper's Algorithms 1-3, generalized to rounds, multi-step leaves and backtrackin
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from numpy.typing import NDArray
 
+from . import _jit as numba
 from ._kernels import NONE, add_round, leaf_step, round_sizes, select_leaves, step_point
 from ._tables import Tables
 from .losses import grad_hess, point, value, weighted

@@ -7,10 +7,10 @@ are evaluated once per step and shared by the whole batch of objectives.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from numpy.typing import NDArray
 
+from . import _jit as numba
 from ._kernels import add_round, round_sizes, step_point
 from ._tables import Tables
 from .losses import grad_hess, vjp

@@ -1,13 +1,14 @@
 """The ``influence-gbdt`` command: ``score``, ``check`` and ``demo``.
 
 ``main(argv)`` returns the exit code: 0 on success, 2 on an error the user can fix (printed as
-one line on stderr).
+one line on stderr, also for usage errors), 130 when interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,7 +17,32 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .errors import InfluenceError, InputError
+from .errors import InfluenceError, InputError, booster_message, require
+
+_PARQUET = (".parquet", ".pq")
+
+
+def _check_lightgbm_file(path: Path) -> None:
+    """Refuse a LightGBM model file that is not complete: LightGBM aborts or crashes the whole
+    process on a truncated one (it reads each tree at the byte offsets the header's ``tree_sizes``
+    promise, and a ``[key: value`` line cut in the parameters section is read past its end)."""
+    text = path.read_text(errors="replace")
+    trees_at, end_at = text.find("\nTree="), text.find("\nend of trees")
+    sizes = re.search(r"^tree_sizes=(.*)$", text[: max(trees_at, 0)], re.MULTILINE)
+    complete = text.startswith("tree\n") and 0 <= trees_at < end_at
+    if complete and sizes:
+        try:
+            complete = sum(int(v) for v in sizes.group(1).split()) == end_at - trees_at
+        except ValueError:
+            complete = False
+    params_at = text.find("\nparameters:", end_at)
+    if complete and params_at >= 0:
+        complete = text.find("\nend of parameters", params_at) >= 0
+    if not complete:
+        raise InputError(
+            f"{path} is not a complete LightGBM model file (truncated or not written by "
+            "Booster.save_model): save the model again."
+        )
 
 
 def load_model(path: str | Path) -> Any:
@@ -24,52 +50,103 @@ def load_model(path: str | Path) -> Any:
 
     XGBoost ``.json`` / ``.ubj`` (training parameters are lost by the file: pass ``--params``),
     LightGBM ``.txt``, CatBoost ``.cbm`` / ``.json``.
+
+    Raises
+    ------
+    InputError
+        Missing, unreadable, truncated or unrecognised file.
+    MissingDependencyError
+        The booster that wrote it is not installed.
     """
     path = Path(path)
     if not path.is_file():
         raise InputError(f"Model file {path} does not exist.")
     suffix = path.suffix.lower()
     if suffix == ".json":
-        with path.open() as fh:
-            head = json.load(fh)
+        try:
+            with path.open() as fh:
+                head = json.load(fh)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise InputError(f"Model file {path} is not valid JSON ({exc}): save the model again.") from None
+        head = head if isinstance(head, dict) else {}
         suffix = ".xgb" if "learner" in head else ".cbm-json" if "oblivious_trees" in head else ".unknown"
     if suffix in (".xgb", ".ubj"):
-        import xgboost
-
-        return xgboost.Booster(model_file=str(path))
+        xgboost = require("xgboost", "xgboost", "Reading an XGBoost model file")
+        return _load(path, "XGBoost", xgboost.core.XGBoostError,
+                     lambda: xgboost.Booster(model_file=str(path)))
     if suffix == ".txt":
-        import lightgbm
-
-        return lightgbm.Booster(model_file=str(path))
+        lightgbm = require("lightgbm", "lightgbm", "Reading a LightGBM model file")
+        _check_lightgbm_file(path)
+        return _load(path, "LightGBM", lightgbm.basic.LightGBMError,
+                     lambda: lightgbm.Booster(model_file=str(path)))
     if suffix in (".cbm", ".cbm-json"):
-        import catboost
-
+        catboost = require("catboost", "catboost", "Reading a CatBoost model file")
         model = catboost.CatBoost()
-        model.load_model(str(path), format="json" if suffix == ".cbm-json" else "cbm")
-        return model
+        fmt = "json" if suffix == ".cbm-json" else "cbm"
+        return _load(path, "CatBoost", catboost.CatBoostError,
+                     lambda: model.load_model(str(path), format=fmt))
     raise InputError(
         f"Cannot tell which booster wrote {path.name}: use XGBoost .json/.ubj, LightGBM .txt or "
         "CatBoost .cbm/.json."
     )
 
 
+def _load(path: Path, library: str, error: type[Exception], load: Any) -> Any:
+    try:
+        return load()
+    except (error, ValueError, OSError) as exc:
+        raise InputError(f"{library} cannot read model file {path}: {booster_message(exc)}.") from None
+
+
 def read_table(path: str | Path) -> pd.DataFrame:
-    """Read a CSV or Parquet file."""
+    """Read a CSV or Parquet file with at least one data row."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"Data file {path} does not exist.")
-    if path.suffix.lower() in (".parquet", ".pq"):
-        return pd.read_parquet(path)
-    return pd.read_csv(path)
+    try:
+        if path.suffix.lower() in _PARQUET:
+            require("pyarrow", "parquet", "Reading Parquet files")
+            frame = pd.read_parquet(path)
+        else:
+            frame = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise InputError(f"Data file {path} is empty: it needs a header line and data rows.") from None
+    except (ValueError, OSError, UnicodeDecodeError) as exc:  # pandas' ParserError, pyarrow's ArrowInvalid
+        raise InputError(f"Cannot read data file {path}: {' '.join(str(exc).split())}") from None
+    if frame.empty:
+        raise InputError(f"Data file {path} has no data rows (only {list(frame.columns)[:10]}).")
+    return frame
 
 
 def write_table(frame: pd.DataFrame, path: str | Path) -> None:
     """Write a CSV or Parquet file (by extension)."""
     path = Path(path)
-    if path.suffix.lower() in (".parquet", ".pq"):
-        frame.to_parquet(path, index=False)
-    else:
-        frame.to_csv(path, index=False)
+    try:
+        if path.suffix.lower() in _PARQUET:
+            frame.to_parquet(path, index=False)
+        else:
+            frame.to_csv(path, index=False)
+    except OSError as exc:
+        raise InputError(f"Cannot write {path}: {exc.strerror or exc}.") from None
+
+
+def check_output(path: str | Path) -> None:
+    """Refuse an output path that cannot be written, *before* any computing is done."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"-o {path} is a directory: give a file name, e.g. {path / 'scores.csv'}.")
+    if not path.parent.is_dir():
+        raise InputError(f"-o {path}: the directory {path.parent} does not exist.")
+    if path.suffix.lower() in _PARQUET:
+        require("pyarrow", "parquet", "Writing Parquet files")
+    existed = path.exists()
+    try:
+        with path.open("a"):
+            pass
+    except OSError as exc:
+        raise InputError(f"Cannot write -o {path}: {exc.strerror or exc}.") from None
+    if not existed:
+        path.unlink()
 
 
 def _split(frame: pd.DataFrame, label: str, weight: str | None, what: str) -> tuple[pd.DataFrame, Any, Any]:
@@ -77,9 +154,35 @@ def _split(frame: pd.DataFrame, label: str, weight: str | None, what: str) -> tu
     if missing:
         raise InputError(f"The {what} data has no column {missing[0]!r} (columns: {list(frame.columns)}).")
     y = frame[label].to_numpy()
-    w = frame[weight].to_numpy(dtype=float) if weight else None
+    w = None
+    if weight:
+        w = pd.to_numeric(frame[weight], errors="coerce").to_numpy(dtype=float)
+        if not np.all(np.isfinite(w)):
+            raise InputError(f"The weight column {weight!r} of the {what} data holds non-numbers or blanks.")
     X = frame.drop(columns=[c for c in (label, weight) if c is not None])
     return X, y, w
+
+
+def _categoricals(model: Any, X: pd.DataFrame, X_test: pd.DataFrame | None) -> tuple[Any, Any]:
+    """Text columns of a CSV as pandas categoricals for XGBoost and LightGBM (CatBoost takes text).
+
+    The test columns get the training columns' categories, so each category has the same code in
+    both; LightGBM and XGBoost then map them onto the categories the model was trained with.
+    """
+    if type(model).__module__.split(".")[0] == "catboost":
+        return X, X_test
+    text = [c for c in X.columns if X[c].dtype == object or pd.api.types.is_string_dtype(X[c])]
+    if not text:
+        return X, X_test
+    X = X.copy()
+    for c in text:
+        X[c] = X[c].astype("category")
+    if X_test is not None:
+        X_test = X_test.copy()
+        for c in text:
+            if c in X_test.columns:
+                X_test[c] = pd.Categorical(X_test[c].astype(object), categories=X[c].cat.categories)
+    return X, X_test
 
 
 def _params(text: str | None) -> dict[str, Any] | None:
@@ -87,30 +190,44 @@ def _params(text: str | None) -> dict[str, Any] | None:
         return None
     path = Path(text)
     try:
-        return dict(json.loads(path.read_text() if path.is_file() else text))
-    except (json.JSONDecodeError, TypeError, ValueError) as exc:
+        params = json.loads(path.read_text() if path.is_file() else text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"--params must be a JSON object or a JSON file: {exc}") from None
+    if not isinstance(params, dict):
+        raise InputError(f'--params must be a JSON object such as {{"eta": 0.1}}, got {text!r}.')
+    return params
 
 
-def _explainer(args: argparse.Namespace) -> Any:
+def _explainer(args: argparse.Namespace, model: Any) -> Any:
     from .explainer import BoostingInfluence
 
     return BoostingInfluence(
-        load_model(args.model), method=args.method, update_set=args.update_set, k=args.k,
+        model, method=args.method, update_set=args.update_set, k=args.k,
         base_score=args.base_score, progress=not args.quiet, params=_params(args.params),
     )
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
+    if args.output:
+        check_output(args.output)
+    model = load_model(args.model)
     X, y, w = _split(read_table(args.train), args.label, args.weight, "training")
     test = read_table(args.test)
-    on = "prediction" if args.label not in test.columns else args.on
-    X_test, y_test, _ = (
-        _split(test, args.label, None, "test") if args.label in test.columns else (test, None, None)
-    )
-    ex = _explainer(args).fit(X, y, sample_weight=w)
+    has_labels = args.label in test.columns
+    on = args.on or ("loss" if has_labels else "prediction")
+    if on == "loss" and not has_labels:
+        raise InputError(
+            f"The test data has no label column {args.label!r}, which --on loss needs: add it, or pass "
+            "--on prediction to score the effect on the raw prediction."
+        )
+    X_test, y_test, _ = _split(test, args.label, None, "test") if has_labels else (test, None, None)
+    X, X_test = _categoricals(model, X, X_test)
+    if on == "prediction" and not args.on:
+        print(f"The test data has no {args.label!r} column: scoring the effect on the raw prediction "
+              "(score > 0 = the row raises it).")
+    ex = _explainer(args, model).fit(X, y, sample_weight=w)
     aggregate = None if args.per_test_point else args.aggregate
-    scores = ex.score_training_points(X_test, y_test, aggregate=aggregate, on=on)
+    scores = ex.score_training_points(X_test, y_test if on == "loss" else None, aggregate=aggregate, on=on)
     if scores.ndim == 1:
         table = pd.DataFrame({"row": np.arange(scores.size), "score": scores, args.label: y})
     else:
@@ -119,22 +236,34 @@ def _cmd_score(args: argparse.Namespace) -> int:
     if args.output:
         write_table(table, args.output)
         print(f"Wrote {table.shape[0]} rows x {table.shape[1]} columns to {args.output}.")
+    _print_top(args, on, scores, X, y)
+    return 0
+
+
+def _print_top(args: argparse.Namespace, on: str, scores: np.ndarray, X: pd.DataFrame, y: Any) -> None:
     overall = scores if scores.ndim == 1 else scores.mean(axis=1)
     what = f"{args.aggregate} test {on}" if scores.ndim == 1 else f"mean over test points of the {on}"
-    for kind, order in (("harmful", np.argsort(-overall)), ("helpful", np.argsort(overall))):
+    if on == "loss":
+        headings = (f"Most harmful training rows ({what}; score > 0 = harmful):",
+                    f"Most helpful training rows ({what}; score < 0 = helpful):")
+    else:
+        headings = (f"Training rows that raise the prediction most ({what}; score > 0 = raises it):",
+                    f"Training rows that lower the prediction most ({what}; score < 0 = lowers it):")
+    for heading, order in zip(headings, (np.argsort(-overall), np.argsort(overall)), strict=True):
         top = order[: args.top]
         shown = X.iloc[top].copy()
         shown.insert(0, args.label, np.asarray(y)[top])
         shown.insert(0, "score", overall[top])
         shown.insert(0, "row", top)
-        print(f"\nMost {kind} training rows ({what}; score > 0 = harmful):")
+        print(f"\n{heading}")
         print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    return 0
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    model = load_model(args.model)
     X, y, w = _split(read_table(args.train), args.label, args.weight, "training")
-    ex = _explainer(args).fit(X, y, sample_weight=w)
+    X, _ = _categoricals(model, X, None)
+    ex = _explainer(args, model).fit(X, y, sample_weight=w)
     e = ex.engine_.ensemble
     print(
         f"Supported: the {ex.adapter_.library} model ({e.n_trees} trees, {e.n_total_leaves} leaves, "
@@ -151,37 +280,71 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _count(minimum: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line (``main`` turns them into exit code 2)."""
+
+    def error(self, message: str) -> Any:
+        raise InputError(f"{message} (see {self.prog} --help)")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from . import __version__
+
+    parser = _Parser(
         prog="influence-gbdt",
         description="Which training rows made my gradient-boosted model do this? (score > 0 = harmful)",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"influence-gbdt {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def model_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("model", help="model file: XGBoost .json/.ubj, LightGBM .txt, CatBoost .cbm/.json")
-        p.add_argument("--train", required=True, help="training data, CSV or Parquet, in training order")
-        p.add_argument("--label", required=True, help="label column name")
+        p.add_argument("--train", required=True,
+                       help="training data, CSV or Parquet: exactly the training rows, in training order")
+        p.add_argument("--label", required=True,
+                       help="label column name (labels as the model was trained on them)")
         p.add_argument("--weight", help="sample-weight column name, if training used weights")
         p.add_argument("--params", help="JSON object (or file) of training parameters the model file lost "
-                                        "(XGBoost: eta, lambda, alpha, max_delta_step, ...)")
-        p.add_argument("--method", choices=["leaf_influence", "leaf_refit"], default="leaf_influence")
+                                        "(XGBoost: eta, lambda, alpha, max_delta_step, missing, ...)")
+        p.add_argument("--method", choices=["leaf_influence", "leaf_refit"], default="leaf_influence",
+                       help="leaf_influence: d test loss / d row weight (default, fast); leaf_refit: "
+                            "test loss change when the row is removed, leaves refitted (slow)")
         p.add_argument("--update-set", choices=["all_points", "single_point", "top_k_leaves"],
-                       default="all_points")
-        p.add_argument("-k", type=int, help="leaves per tree for --update-set top_k_leaves")
-        p.add_argument("--base-score", choices=["refit", "fixed"], default="refit")
+                       default="all_points",
+                       help="rows whose changes propagate to later trees: all_points (exact, default) or "
+                            "the paper's fast approximations")
+        p.add_argument("-k", type=_count(1), help="leaves per tree for --update-set top_k_leaves")
+        p.add_argument("--base-score", choices=["refit", "fixed"], default="refit",
+                       help="refit (default): the initial margin moves as a retrain would re-estimate it; "
+                            "fixed: it stays")
         p.add_argument("--quiet", action="store_true", help="no progress bar")
 
     score = sub.add_parser("score", help="score training rows against a test set")
     model_args(score)
     score.add_argument("--test", required=True, help="test data, CSV or Parquet (label column optional)")
-    score.add_argument("--output", "-o", help="write the influence table here (.csv or .parquet)")
+    score.add_argument("--output", "-o",
+                       help="write the influence table here (.csv, or .parquet/.pq); checked before scoring")
     score.add_argument("--aggregate", choices=["mean", "sum"], default="mean",
                        help="score the mean or summed test loss (default mean)")
     score.add_argument("--per-test-point", action="store_true",
                        help="write one column per test point instead of aggregating")
-    score.add_argument("--on", choices=["loss", "prediction"], default="loss")
-    score.add_argument("--top", type=int, default=10, help="rows to print per kind (default 10)")
+    score.add_argument("--on", choices=["loss", "prediction"], default=None,
+                       help="loss: effect on the test loss, > 0 = harmful (default when the test data has "
+                            "labels); prediction: effect on the raw prediction (default without labels)")
+    score.add_argument("--top", type=_count(0), default=10, help="rows to print per kind (default 10)")
     score.set_defaults(run=_cmd_score)
 
     check = sub.add_parser("check", help="check that a model is supported and reproduced by its data")
@@ -189,9 +352,10 @@ def _parser() -> argparse.ArgumentParser:
     check.set_defaults(run=_cmd_check)
 
     demo = sub.add_parser("demo", help="find flipped labels in UCI Adult with CatBoost (the paper's setting)")
-    demo.add_argument("--noise", type=float, default=0.1, help="fraction of training labels flipped")
-    demo.add_argument("--trees", type=int, default=100)
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--noise", type=float, default=0.1,
+                      help="fraction of training labels flipped, between 0 and 1 (default 0.1)")
+    demo.add_argument("--trees", type=_count(1), default=100, help="CatBoost trees (default 100)")
+    demo.add_argument("--seed", type=_count(0), default=0, help="random seed for the flips and CatBoost")
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
     demo.set_defaults(run=_cmd_demo)
     return parser
@@ -199,12 +363,19 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``influence-gbdt`` command; returns the exit code."""
-    args = _parser().parse_args(argv)
+    command = "influence-gbdt"
     try:
+        args = _parser().parse_args(argv)
+        command = f"influence-gbdt {args.command}"
         return int(args.run(args))
+    except SystemExit as exc:  # --help and --version
+        return exc.code if isinstance(exc.code, int) else 0
     except (InfluenceError, ImportError) as exc:
-        print(f"influence-gbdt {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{command}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"{command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

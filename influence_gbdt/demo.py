@@ -9,6 +9,7 @@ labels (ROC-AUC), next to the model's own disagreement with the label.
 
 from __future__ import annotations
 
+import numbers
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +18,9 @@ import numpy as np
 import pandas as pd
 
 from .datasets import ADULT_CATEGORICAL, load_adult
+from .errors import InputError, require
 from .explainer import BoostingInfluence
+from .inputs import is_integer
 
 
 def roc_auc(is_positive: np.ndarray, score: np.ndarray) -> float:
@@ -44,14 +47,29 @@ def run_demo(
     dict with ``auc_influence``, ``auc_detector`` (ROC-AUC of finding flipped labels by mean-test-loss
     influence and by the model's disagreement with the label), ``seconds_scoring`` and
     ``seconds_training``.
+
+    Raises
+    ------
+    InputError
+        ``noise`` outside (0, 1) (no flipped or no clean label to rank), ``n_trees < 1`` or
+        ``seed`` outside [0, 2**32).
+    MissingDependencyError
+        Without CatBoost.
     """
-    from catboost import CatBoostClassifier
+    if not isinstance(noise, numbers.Real) or not 0 < noise < 1:
+        raise InputError(f"noise must be a fraction between 0 and 1 (exclusive), got {noise!r}.")
+    if not is_integer(n_trees) or n_trees < 1:
+        raise InputError(f"n_trees must be an integer >= 1, got {n_trees!r}.")
+    if not is_integer(seed) or not 0 <= seed < 2**32:
+        raise InputError(f"seed must be an integer in [0, 2**32), got {seed!r}.")
+    CatBoostClassifier = require("catboost", "catboost", "The demo").CatBoostClassifier
 
     X, y = load_adult("train")
     X_test, y_test = load_adult("test")
     rng = np.random.default_rng(seed)
     flipped = np.zeros(y.size, dtype=bool)
-    flipped[rng.choice(y.size, round(noise * y.size), replace=False)] = True
+    n_flipped = min(max(round(noise * y.size), 1), y.size - 1)  # both kinds present for the ROC-AUC
+    flipped[rng.choice(y.size, n_flipped, replace=False)] = True
     y_noisy = np.where(flipped, 1 - y, y)
     echo(f"UCI Adult: {y.size} training rows ({flipped.sum()} labels flipped), {y_test.size} test rows.")
 

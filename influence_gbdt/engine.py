@@ -337,7 +337,8 @@ class InfluenceEngine:
         chunk_size : int
             Most test points swept together (fewer when the training set is large).
         progress : callable, optional
-            Called with the number of test points finished after each batch.
+            Called with the number of test points finished after each batch (all of them at once
+            when aggregated).
 
         Returns
         -------
@@ -355,7 +356,7 @@ class InfluenceEngine:
             c_leaf = self._leaf_coefficients(leaves, per_point, aggregate=True)
             scores = self._reverse_scores(c_leaf, total_coef[None, :], d_base)[0]
             if progress is not None:
-                progress(1)
+                progress(leaves.shape[1])  # every test point is done
             return scores[idx]
         m = leaves.shape[1]
         fits = int(_REVERSE_BATCH_BYTES / (8.0 * e.n_rows * (e.n_outputs + 1)))

@@ -8,6 +8,10 @@ Each message says what is wrong and what to do about it.
 
 from __future__ import annotations
 
+import importlib
+import re
+from types import ModuleType
+
 
 class InfluenceError(Exception):
     """Base class of every error raised by influence-gbdt."""
@@ -36,3 +40,37 @@ class NotFittedError(InfluenceError, AttributeError):
 
 class InputError(InfluenceError, ValueError):
     """An argument has the wrong shape, type, or values (NaN labels, labels outside the domain)."""
+
+
+class MissingDependencyError(InfluenceError, ImportError):
+    """An optional package is not installed; the message names the extra that installs it, e.g.
+    ``pip install "influence-gbdt[xgboost]"``."""
+
+
+class LongRunWarning(UserWarning):
+    """Scoring is projected to take hours; the message says what to score instead."""
+
+
+def require(module: str, extra: str, purpose: str) -> ModuleType:
+    """Import an optional dependency, or say which extra installs it.
+
+    Raises
+    ------
+    MissingDependencyError
+        ``"<purpose> needs <module>: pip install "influence-gbdt[<extra>]""``.
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f'{purpose} needs {module} ({exc}): pip install "influence-gbdt[{extra}]"'
+        ) from None
+
+
+def booster_message(exc: BaseException) -> str:
+    """A booster's error message without its source location prefixes, on one line."""
+    text = " ".join(str(exc).split("Stack trace:")[0].split()) or type(exc).__name__
+    text = re.sub(r"^\[[\d:]+\]\s*", "", text)  # XGBoost's timestamp
+    text = re.sub(r"^[\w/.\-]+\.(?:cc|cpp|h|hpp):\d+:\s*", "", text)  # C++ source location
+    text = re.sub(r"^Check failed: [^:]*:\s*", "", text)
+    return text.rstrip(".")

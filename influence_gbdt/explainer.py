@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
+import numbers
+import os
+import time
+import warnings
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -11,13 +16,19 @@ from numpy.typing import ArrayLike, NDArray
 from tqdm.auto import tqdm
 
 from .engine import InfluenceEngine, TestPoints
-from .errors import InputError, NotFittedError
+from .errors import InputError, LongRunWarning, NotFittedError
+from .inputs import check_choice, check_rows, check_table, is_integer, is_sparse, n_columns
 from .tabular import n_rows
 
 _METHODS = ("leaf_influence", "leaf_refit")
 _UPDATE_SETS = ("all_points", "single_point", "top_k_leaves")
 _BASE_SCORES = ("refit", "fixed")
+_AGGREGATES = (None, "mean", "sum")
 _PARAMS = ("model", "method", "update_set", "k", "base_score", "progress", "params", "max_memory")
+_SCORE_KWARGS = ("aggregate", "training_points", "on", "init_score")
+_TABLE_COLUMNS = ("row", "score", "label")
+#: A run projected to need more than this many seconds warns once (LongRunWarning) with advice.
+LONG_RUN_SECONDS = 3600.0
 
 
 class BoostingInfluence:
@@ -54,8 +65,9 @@ class BoostingInfluence:
         Training parameters the model lost (an XGBoost model reloaded from a file forgets eta,
         lambda, ...): e.g. ``{"eta": 0.1, "lambda": 1.0}``.
     max_memory : float
-        Largest score matrix (bytes) returned without ``aggregate``; larger requests raise with
-        advice (score fewer ``training_points`` or aggregate).
+        Memory budget in bytes for scoring: the score matrix and the working arrays. A larger score
+        matrix is refused with advice (aggregate, or score fewer ``training_points``); the working
+        arrays are processed in batches small enough to fit. ``float('inf')`` for no limit.
 
     Attributes
     ----------
@@ -99,17 +111,22 @@ class BoostingInfluence:
         self.max_memory = max_memory
 
     # ------------------------------------------------------------------------------------------
+    # scikit-learn protocol
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """The constructor settings, as in scikit-learn (``deep`` is accepted and ignored)."""
+        """The constructor settings, as in scikit-learn.
+
+        ``deep`` is accepted and ignored: the wrapped model is trained already, so its own
+        parameters are not settable through the explainer.
+        """
         return {name: getattr(self, name) for name in _PARAMS}
 
     def set_params(self, **params: Any) -> BoostingInfluence:
         """Change constructor settings, as in scikit-learn; returns self.
 
         ``method``, ``update_set``, ``k``, ``base_score``, ``progress`` and ``max_memory`` act at
-        scoring time, so a fitted explainer keeps its fit; changing ``model`` or ``params`` needs a
-        new :meth:`fit`.
+        scoring time, so a fitted explainer keeps its fit. Changing ``model`` or ``params`` discards
+        the fit: call :meth:`fit` again before scoring.
         """
         unknown = set(params) - set(_PARAMS)
         if unknown:
@@ -123,7 +140,42 @@ class BoostingInfluence:
             for name, value in before.items():  # a refused change leaves the explainer as it was
                 setattr(self, name, value)
             raise
+        if hasattr(self, "engine_") and not self._fit_matches_settings():
+            self._forget_fit()
         return self
+
+    def __repr__(self) -> str:
+        defaults = inspect.signature(type(self).__init__).parameters
+        shown = [f"model={_short_repr(self.model)}"]
+        for name in _PARAMS[1:]:
+            value = getattr(self, name)
+            if not _same_value(value, defaults[name].default):
+                shown.append(f"{name}={value!r}")
+        return f"{type(self).__name__}({', '.join(shown)})"
+
+    def __sklearn_clone__(self) -> BoostingInfluence:
+        """``sklearn.base.clone``: a new unfitted explainer with the same settings that wraps *the
+        same* trained model (cloning it would give an untrained booster; compare
+        ``sklearn.frozen.FrozenEstimator``)."""
+        params = self.get_params()
+        if isinstance(self.params, Mapping):
+            params["params"] = dict(self.params)
+        return type(self)(**params)
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "engine_") and self._fit_matches_settings()
+
+    def __sklearn_tags__(self) -> Any:
+        from sklearn.utils import InputTags, Tags, TargetTags
+
+        return Tags(
+            estimator_type=None,
+            target_tags=TargetTags(required=True),
+            input_tags=InputTags(sparse=True, categorical=True, string=True, allow_nan=True),
+            requires_fit=True,
+        )
+
+    # ------------------------------------------------------------------------------------------
 
     def fit(
         self,
@@ -136,10 +188,13 @@ class BoostingInfluence:
 
         Parameters
         ----------
-        X : array-like or DataFrame of shape (n_train, n_features)
-            Exactly the training rows, in training order, as the booster accepted them.
+        X : array-like, DataFrame or SciPy sparse matrix of shape (n_train, n_features)
+            Exactly the training rows, in training order, as the booster accepted them. A DataFrame
+            must have the model's feature names in training order (where the model records names).
         y : array-like of shape (n_train,)
-            The training labels.
+            The training labels, as the model was trained on them (strings, bools, {-1, 1}, ...
+            for a scikit-learn or CatBoost classifier; 0/1 for a raw Booster). A pandas ``y`` must
+            have ``X``'s index: rows are matched by position.
         sample_weight : array-like of shape (n_train,), optional
             The sample weights used in training (required if training used them).
         init_score : array-like of shape (n_train,), optional
@@ -157,31 +212,36 @@ class BoostingInfluence:
         ReproductionError
             The data does not reproduce the model (other rows, order, labels, weights, params).
         InputError
-            Wrong shapes, NaN labels, labels outside the objective's domain.
+            Wrong shapes or columns, misaligned indexes, NaN labels, labels the model never saw.
+
+        Notes
+        -----
+        A failed ``fit`` leaves the explainer unfitted: a previous fit is discarded first.
         """
+        self._forget_fit()
         self._check_settings()
         from influence_gbdt.adapters import adapter_for
 
+        X = check_table(X, "X")
         n = n_rows(X)
+        index = X.index if isinstance(X, pd.DataFrame) else None
+        labels = check_rows(y, n, "y", index, numeric=False)
+        weights = None if sample_weight is None else check_rows(sample_weight, n, "sample_weight", index)
+        offsets = None if init_score is None else check_rows(init_score, n, "init_score", index)
         adapter = adapter_for(self.model, self.params)
-        labels = adapter.encode_labels(y)
-        if labels.shape != (n,):
-            raise InputError(f"X has {n} rows but y has {labels.size} labels.")
-        if sample_weight is not None:
-            sample_weight = np.asarray(sample_weight, dtype=np.float64).ravel()
-            if sample_weight.shape != (n,):
-                raise InputError(f"X has {n} rows but sample_weight has {sample_weight.size} values.")
+        adapter.check_features(X)
+        engine = adapter.prepare(X, labels, weights, offsets)
         self.adapter_ = adapter
-        self.engine_: InfluenceEngine = adapter.prepare(X, labels, sample_weight, init_score)
-        self.n_features_in_ = _n_columns(X)
+        self.engine_: InfluenceEngine = engine
+        self.n_features_in_ = n_columns(X)
         if isinstance(X, pd.DataFrame):
             self.feature_names_in_ = np.asarray(X.columns, dtype=object)
-        elif hasattr(self, "feature_names_in_"):
-            del self.feature_names_in_
         self.n_train_ = n
-        self.reproduction_residual_ = self.engine_.relative_residual
+        self.reproduction_residual_ = engine.relative_residual
         self._X_train = X
-        self._y_train = np.asarray(y).ravel()
+        self._y_train = labels
+        self._fit_model = self.model
+        self._fit_params = dict(self.params or {})
         return self
 
     def score_training_points(
@@ -198,9 +258,10 @@ class BoostingInfluence:
 
         Parameters
         ----------
-        X : array-like or DataFrame of shape (n_test, n_features)
+        X : array-like, DataFrame or SciPy sparse matrix of shape (n_test, n_features)
+            Test rows with the columns seen in :meth:`fit`. One row: ``X.iloc[[j]]`` or ``X[[j]]``.
         y : array-like of shape (n_test,), optional
-            Test labels; required with ``on="loss"``.
+            Test labels, as the model was trained on them; required with ``on="loss"``.
         aggregate : {None, "mean", "sum"}
             Score the mean or sum of the test losses instead of each test point.
         training_points : array-like of int or bool mask of shape (n_train,), optional
@@ -215,29 +276,40 @@ class BoostingInfluence:
         Returns
         -------
         ndarray of shape (n_scored, n_test), or (n_scored,) when aggregated, float64.
+
+        Raises
+        ------
+        InputError
+            Bad settings or inputs, or a request larger than ``max_memory`` (with what to do).
+        NotFittedError
+            Before :meth:`fit`, or after ``model`` or ``params`` changed.
+
+        Warns
+        -----
+        LongRunWarning
+            When the run, timed on its first batches, is projected to take more than an hour.
         """
         engine = self._fitted_engine()
         self._check_settings()
-        if on not in ("loss", "prediction"):
-            raise InputError(f"on must be 'loss' or 'prediction', got {on!r}.")
+        check_choice("on", on, ("loss", "prediction"))
+        check_choice("aggregate", aggregate, _AGGREGATES)
         test = self._test_points(X, y, on, init_score)
         rows = engine.resolve_rows(training_points)
         m = np.asarray(test.leaf_index).shape[1]
-        if aggregate is None and rows.size * m * 8 > self.max_memory:
-            raise InputError(
-                f"The score matrix would hold {rows.size} x {m} values ({rows.size * m * 8 / 1e9:.1f} GB). "
-                "Pass aggregate='mean', score fewer training_points, or raise max_memory."
-            )
+        if rows.size == 0:
+            return np.empty((0,) if aggregate else (0, m))
         use_reverse = self.method == "leaf_influence" and engine.uses_reverse(
             self.update_set, rows.size, m, aggregate)
-        total = (m if aggregate is None else 1) if use_reverse else rows.size
+        chunk = self._chunk_size(engine, rows.size, m, aggregate, use_reverse)
+        total, unit = (m, "test pt") if use_reverse else (rows.size, "row")
+        k = None if self.k is None else min(int(self.k), int(engine.ensemble.n_leaves.max()))
         with tqdm(total=total, disable=not self.progress, desc=f"{self.method} ({self.update_set})",
-                  unit="test pt" if use_reverse else "row", leave=False) as bar:
+                  unit=unit, leave=False) as bar:
             scorer = engine.leaf_influence if self.method == "leaf_influence" else engine.leaf_refit
             return scorer(
-                test, rows=rows, update_set=self.update_set, k=self.k,
+                test, rows=rows, update_set=self.update_set, k=k,
                 refit_base=self.base_score == "refit", on=on, aggregate=aggregate,
-                progress=bar.update,
+                chunk_size=chunk, progress=_Progress(bar, total, unit, self._speedup_advice()),
             )
 
     def top_training_points(
@@ -249,36 +321,72 @@ class BoostingInfluence:
         **score_kwargs: Any,
     ) -> pd.DataFrame:
         """The ``n`` most harmful (largest score) or helpful (smallest) training rows for the mean
-        test loss of ``X`` (a single test point works too).
+        test loss of ``X`` (a single test point works too: ``X.iloc[[j]]``).
+
+        Parameters
+        ----------
+        n : int
+            Rows to return (all scored rows if fewer).
+        kind : {"harmful", "helpful"}
+        **score_kwargs
+            ``aggregate`` ("mean" by default, or "sum"), ``training_points``, ``on``, ``init_score``
+            as in :meth:`score_training_points`.
 
         Returns
         -------
-        DataFrame with columns ``row`` (training row index), ``score``, ``label`` and the row's
-        features, sorted from the most influential down.
+        DataFrame with columns ``row`` (training row index), ``score``, ``label`` (as passed to
+        :meth:`fit`) and the row's features, sorted from the most influential down. A feature whose
+        name is one of ``row``, ``score``, ``label`` is shown as ``feature:<name>``.
         """
-        if kind not in ("harmful", "helpful"):
-            raise InputError(f"kind must be 'harmful' or 'helpful', got {kind!r}.")
+        if not is_integer(n) or n < 0:
+            raise InputError(f"n must be an integer >= 0 (the rows to return), got {n!r}.")
+        check_choice("kind", kind, ("harmful", "helpful"))
+        unknown = sorted(set(score_kwargs) - set(_SCORE_KWARGS))
+        if unknown:
+            raise InputError(f"Unknown arguments {unknown}; top_training_points takes {list(_SCORE_KWARGS)}.")
         score_kwargs.setdefault("aggregate", "mean")
+        if score_kwargs["aggregate"] is None:
+            raise InputError("top_training_points needs one score per row: aggregate 'mean' or 'sum'.")
         scores = self.score_training_points(X, y, **score_kwargs)
-        if scores.ndim != 1:
-            raise InputError("top_training_points needs one score per row: keep aggregate set.")
         rows = self.engine_.resolve_rows(score_kwargs.get("training_points"))
-        order = np.argsort(-scores if kind == "harmful" else scores, kind="stable")[:n]
-        features = pd.DataFrame(self._X_train).iloc[rows[order]].reset_index(drop=True)
-        head = pd.DataFrame({"row": rows[order], "score": scores[order], "label": self._y_train[rows[order]]})
+        order = np.argsort(-scores if kind == "harmful" else scores, kind="stable")[: int(n)]
+        picked = rows[order]
+        head = pd.DataFrame({"row": picked, "score": scores[order], "label": self._y_train[picked]})
+        features = self._training_features(picked)
+        features.columns = _free_names(list(features.columns), _TABLE_COLUMNS)
         return pd.concat([head, features], axis=1)
 
     # ------------------------------------------------------------------------------------------
 
     def _check_settings(self) -> None:
-        if self.method not in _METHODS:
-            raise InputError(f"method must be one of {_METHODS}, got {self.method!r}.")
-        if self.update_set not in _UPDATE_SETS:
-            raise InputError(f"update_set must be one of {_UPDATE_SETS}, got {self.update_set!r}.")
-        if self.update_set == "top_k_leaves" and (self.k is None or int(self.k) < 1):
+        check_choice("method", self.method, _METHODS)
+        check_choice("update_set", self.update_set, _UPDATE_SETS)
+        check_choice("base_score", self.base_score, _BASE_SCORES)
+        if self.k is not None and (not is_integer(self.k) or self.k < 1):
+            raise InputError(
+                f"k must be an integer >= 1 (the leaves updated per tree with update_set='top_k_leaves'), "
+                f"got {self.k!r}."
+            )
+        if self.update_set == "top_k_leaves" and self.k is None:
             raise InputError("update_set='top_k_leaves' needs k >= 1 (the leaves updated per tree).")
-        if self.base_score not in _BASE_SCORES:
-            raise InputError(f"base_score must be one of {_BASE_SCORES}, got {self.base_score!r}.")
+        mm = self.max_memory
+        if not isinstance(mm, numbers.Real) or isinstance(mm, (bool, np.bool_)) or not mm > 0:
+            raise InputError(
+                f"max_memory must be a positive number of bytes (e.g. 4e9; float('inf') for no limit), "
+                f"got {mm!r}."
+            )
+        if self.params is not None and not isinstance(self.params, Mapping):
+            raise InputError(f"params must be a mapping such as {{'eta': 0.1}}, got {self.params!r}.")
+        if not isinstance(self.progress, (bool, np.bool_)):
+            raise InputError(f"progress must be True or False, got {self.progress!r}.")
+
+    def _fit_matches_settings(self) -> bool:
+        return self.model is self._fit_model and dict(self.params or {}) == self._fit_params
+
+    def _forget_fit(self) -> None:
+        for name in ("adapter_", "engine_", "n_features_in_", "feature_names_in_", "n_train_",
+                     "reproduction_residual_", "_X_train", "_y_train", "_fit_model", "_fit_params"):
+            self.__dict__.pop(name, None)
 
     def _fitted_engine(self) -> InfluenceEngine:
         if not hasattr(self, "engine_"):
@@ -286,28 +394,138 @@ class BoostingInfluence:
                 "This BoostingInfluence is not fitted yet: call fit(X_train, y_train) with the model's "
                 "training data first."
             )
+        if not self._fit_matches_settings():
+            raise NotFittedError(
+                "model or params changed since fit: call fit(X_train, y_train) again for the new model."
+            )
         return self.engine_
 
     def _test_points(self, X: Any, y: ArrayLike | None, on: str, init_score: ArrayLike | None) -> TestPoints:
-        n_cols = _n_columns(X)
-        if n_cols != self.n_features_in_:
-            raise InputError(f"X has {n_cols} features, but the model was fitted with {self.n_features_in_}.")
+        X = check_table(X, "X")
         names = getattr(self, "feature_names_in_", None)
         if names is not None and isinstance(X, pd.DataFrame) and list(X.columns) != list(names):
-            raise InputError("X's column names differ from those seen in fit (same names, same order).")
+            missing = [c for c in names if c not in set(X.columns)][:5]
+            unknown = [c for c in X.columns if c not in set(names)][:5]
+            detail = f"missing {missing}, unknown {unknown}" if missing or unknown else "another order"
+            raise InputError(
+                f"X's column names differ from those seen in fit ({detail}): pass the same columns in "
+                f"the same order, X[{list(names)[:20]}]."
+            )
+        n_cols = n_columns(X)
+        if n_cols != self.n_features_in_:
+            raise InputError(f"X has {n_cols} features, but the model was fitted with {self.n_features_in_}.")
+        self.adapter_.check_features(X)
         m = n_rows(X)
+        index = X.index if isinstance(X, pd.DataFrame) else None
         labels = None
         if on == "loss":
             if y is None:
                 raise InputError(
                     "Scoring the test loss needs y; pass on='prediction' to score without labels."
                 )
-            labels = self.adapter_.encode_labels(y)
-            if labels.shape != (m,):
-                raise InputError(f"X has {m} rows but y has {labels.size} labels.")
-        return TestPoints(self.adapter_.leaf_indices(X), self.adapter_.init_offset(X, init_score), labels)
+            labels = self.adapter_.encode_labels(check_rows(y, m, "y", index, numeric=False))
+        offsets = None if init_score is None else check_rows(init_score, m, "init_score", index)
+        return TestPoints(self.adapter_.leaf_indices(X), self.adapter_.init_offset(X, offsets), labels)
+
+    def _chunk_size(
+        self, engine: InfluenceEngine, n_scored: int, m: int, aggregate: str | None, use_reverse: bool
+    ) -> int:
+        """Rows (or test points, in reverse mode) per batch so that the scores and the working
+        arrays fit in ``max_memory``; refuses with advice when even one per batch does not."""
+        e = engine.ensemble
+        result = 8.0 * n_scored * (1 if aggregate else m)
+        if result > self.max_memory:
+            raise InputError(
+                f"The score matrix would hold {n_scored} x {m} values ({result / 1e9:.2f} GB), more than "
+                f"max_memory={self.max_memory:.3g} bytes. Pass aggregate='mean', score fewer "
+                "training_points or test points, or raise max_memory."
+            )
+        # Test leaves (int32 and int64 copies) and each thread's per-row scratch of the kernels.
+        fixed = result + 12.0 * e.n_trees * m + 32.0 * e.n_rows * (os.cpu_count() or 1)
+        if use_reverse:  # per test point of a batch: adjoint weights, scaled and transposed copies
+            per_item, default = 8.0 * (3 * e.n_rows + n_scored), 256
+        else:  # per training row of a batch: new leaf values and their change, test margins and losses
+            per_item, default = 8.0 * (2 * e.n_total_leaves + 4 * m), 64
+        fits = int(min((self.max_memory - fixed) // per_item, default)) if self.max_memory > fixed else 0
+        if fits < 1:
+            raise InputError(
+                f"Scoring needs about {(fixed + per_item) / 1e9:.2f} GB of working memory, more than "
+                f"max_memory={self.max_memory:.3g} bytes. Score fewer test points or training_points "
+                "at a time, or raise max_memory."
+            )
+        return fits
+
+    def _speedup_advice(self) -> str:
+        if self.method == "leaf_refit":
+            return (
+                "Interrupt it and score fewer rows (training_points=...), or use "
+                "method='leaf_influence', which scores every row at once."
+            )
+        return "Interrupt it and use update_set='all_points' (exact, reverse mode), or fewer training_points."
+
+    def _training_features(self, rows: NDArray[np.int64]) -> pd.DataFrame:
+        """The features of training ``rows`` as a DataFrame (DataFrame columns, or 0 .. p-1)."""
+        X = self._X_train
+        if isinstance(X, pd.DataFrame):
+            return X.iloc[rows].reset_index(drop=True)
+        if is_sparse(X):
+            return pd.DataFrame(X.tocsr()[rows].toarray())
+        return pd.DataFrame(np.asarray(X)[rows])
 
 
-def _n_columns(X: Any) -> int:
-    n_rows(X)
-    return int(X.shape[1])
+class _Progress:
+    """Advances the progress bar and warns once when the run is projected to take hours.
+
+    The rate is measured from the end of the first batch (which includes compilation).
+    """
+
+    def __init__(self, bar: Any, total: int, unit: str, advice: str) -> None:
+        self.bar, self.total, self.unit, self.advice = bar, total, unit, advice
+        self.done = 0
+        self.start: tuple[float, int] | None = None
+        self.warned = False
+
+    def __call__(self, count: int) -> None:
+        self.bar.update(count)
+        self.done += count
+        now = time.perf_counter()
+        if self.start is None:
+            self.start = (now, self.done)
+            return
+        t0, done0 = self.start
+        if self.warned or self.done <= done0 or now <= t0:
+            return
+        rate = (self.done - done0) / (now - t0)
+        remaining = (self.total - self.done) / rate
+        if remaining > LONG_RUN_SECONDS:
+            self.warned = True
+            warnings.warn(
+                f"This run is projected to need about {remaining / 3600:.1f} more hours "
+                f"({self.total - self.done} {self.unit}s left at {rate:.3g} per second). {self.advice}",
+                LongRunWarning,
+                stacklevel=2,
+            )
+
+
+def _short_repr(model: Any) -> str:
+    text = repr(model)
+    return text if len(text) <= 80 and "\n" not in text else f"{type(model).__name__}(...)"
+
+
+def _same_value(value: Any, default: Any) -> bool:
+    try:
+        return value is default or bool(value == default)
+    except (TypeError, ValueError):
+        return False
+
+
+def _free_names(names: list[Any], taken: tuple[str, ...]) -> list[Any]:
+    """``names`` with any that collide with ``taken`` (or with each other) prefixed ``feature:``."""
+    used = set(taken)
+    out = []
+    for name in names:
+        while name in used:
+            name = f"feature:{name}"
+        used.add(name)
+        out.append(name)
+    return out

@@ -32,10 +32,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import numba
 import numpy as np
 from numpy.typing import NDArray
 
+from . import _jit as numba
 from .errors import InputError
 
 LOGLOSS = 0

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 from boosters import LIBRARIES, binary_data, classifier, regressor
 
@@ -125,7 +126,7 @@ def test_errors_say_what_is_wrong(fitted: tuple) -> None:
     with pytest.raises(ReproductionError, match="not reproduced"):
         ex.fit(X.iloc[shuffled].reset_index(drop=True), y)
     ex.fit(X, y)
-    with pytest.raises(InputError, match="features"):
+    with pytest.raises(InputError, match=r"column names differ .*missing \['d'\]"):
         ex.score_training_points(X_test.iloc[:, :3], y_test)
     with pytest.raises(InputError, match="column names"):
         ex.score_training_points(X_test[["b", "a", "c", "d"]], y_test)
@@ -209,3 +210,168 @@ def test_exact_influence_is_the_same_in_forward_and_reverse_mode(fitted: tuple) 
     reverse = ex.score_training_points(X_test, y_test)[rows]
     forward = ex.score_training_points(X_test, y_test, training_points=rows)
     np.testing.assert_allclose(forward, reverse, rtol=1e-9, atol=1e-12 * np.abs(reverse).max())
+
+
+# ----------------------------------------------------------------------------------------------
+# Issue 12: cases that used to return a silently wrong result.
+
+
+def test_changing_the_model_discards_the_fit(fitted: tuple) -> None:
+    library, model, X, y, X_test, y_test = fitted
+    ex = BoostingInfluence(model, progress=False).fit(X, y)
+    other = classifier(library, X, 1 - y, n_trees=5)
+    ex.set_params(model=model, method="leaf_influence")  # the same model: the fit stays
+    assert ex.score_training_points(X_test, y_test).shape == (len(X), len(X_test))
+    ex.set_params(model=other)
+    assert not hasattr(ex, "engine_")
+    with pytest.raises(NotFittedError, match="not fitted"):
+        ex.score_training_points(X_test, y_test)
+    S_other = ex.fit(X, 1 - y).score_training_points(X_test, y_test)
+    np.testing.assert_array_equal(
+        S_other, BoostingInfluence(other, progress=False).fit(X, 1 - y).score_training_points(X_test, y_test)
+    )
+
+
+def test_scikit_learn_clone_tags_and_fitted_check(fitted: tuple) -> None:
+    from sklearn.base import clone
+    from sklearn.exceptions import NotFittedError as SklearnNotFitted
+    from sklearn.utils.validation import check_is_fitted
+
+    _, model, X, y, X_test, y_test = fitted
+    ex = BoostingInfluence(model, method="leaf_refit", params=None, progress=False)
+    with pytest.raises(SklearnNotFitted):
+        check_is_fitted(ex)
+    ex.fit(X, y)
+    check_is_fitted(ex)
+    twin = clone(ex)
+    assert twin.model is model and twin.get_params() == ex.get_params() and not hasattr(twin, "engine_")
+    rows = [0, 5, 9]
+    np.testing.assert_array_equal(
+        twin.fit(X, y).score_training_points(X_test, y_test, training_points=rows),
+        ex.score_training_points(X_test, y_test, training_points=rows),
+    )
+    assert repr(ex).startswith("BoostingInfluence(model=") and "method='leaf_refit'" in repr(ex)
+    assert "update_set" not in repr(ex)  # defaults are not shown, as in scikit-learn
+    assert ex.__sklearn_tags__().input_tags.sparse
+
+
+def test_pandas_labels_are_matched_by_position_and_a_misaligned_index_is_refused(fitted: tuple) -> None:
+    _, model, X, y, X_test, y_test = fitted
+    ex = BoostingInfluence(model, progress=False).fit(X, y)
+    S = ex.score_training_points(X_test, y_test)
+    # A test set with a shuffled index, as train_test_split leaves it.
+    order = np.random.default_rng(0).permutation(len(X_test))
+    Xs = X_test.iloc[order]
+    ys = pd.Series(y_test[order], index=Xs.index)
+    np.testing.assert_array_equal(ex.score_training_points(Xs, ys), S[:, order])
+    j = int(np.flatnonzero(order != np.arange(len(order)))[0])
+    np.testing.assert_array_equal(ex.score_training_points(Xs.iloc[[j]], ys.iloc[[j]])[:, 0], S[:, order[j]])
+    # ys[[j]] selects by label, i.e. another row than Xs.iloc[[j]]: refused, not silently scored.
+    with pytest.raises(InputError, match="y's index differs from X's"):
+        ex.score_training_points(Xs.iloc[[j]], ys[[j]])
+
+
+def test_top_training_points_edge_cases(fitted: tuple) -> None:
+    from scipy import sparse
+
+    library, model, X, y, X_test, y_test = fitted
+    ex = BoostingInfluence(model, progress=False).fit(X, y)
+    top = ex.top_training_points(X_test, y_test, n=3)
+    # CSR training data: the feature columns hold the rows' numbers, not sparse objects.
+    csr = BoostingInfluence(model, progress=False).fit(sparse.csr_matrix(X.to_numpy()), y)
+    top_csr = csr.top_training_points(sparse.csr_matrix(X_test.to_numpy()), y_test, n=3)
+    np.testing.assert_array_equal(top_csr["row"], top["row"])
+    np.testing.assert_array_equal(top_csr[[0, 1, 2, 3]].to_numpy(), X.to_numpy()[top["row"]])
+    assert all(top_csr[c].dtype == np.float64 for c in range(4))
+    # n beyond the rows returns them all; no rows selected returns an empty, well-formed table.
+    assert len(ex.top_training_points(X_test, y_test, n=10**6)) == len(X)
+    empty = ex.top_training_points(X_test, y_test, training_points=[])
+    assert empty.shape == (0, 3 + 4) and list(empty.columns[:3]) == ["row", "score", "label"]
+    assert ex.score_training_points(X_test, y_test, training_points=[]).shape == (0, len(X_test))
+    assert ex.score_training_points(X_test, y_test, training_points=[], aggregate="sum").shape == (0,)
+    # A feature named like a table column keeps both.
+    renamed = {"a": "score", "b": "row"}
+    model_r = classifier(library, X.rename(columns=renamed), y, n_trees=5)
+    ex_r = BoostingInfluence(model_r, progress=False).fit(X.rename(columns=renamed), y)
+    top_r = ex_r.top_training_points(X_test.rename(columns=renamed), y_test, n=3)
+    assert list(top_r.columns) == ["row", "score", "label", "feature:score", "feature:row", "c", "d"]
+    np.testing.assert_array_equal(top_r["feature:score"], X["a"].to_numpy()[top_r["row"]])
+    assert top_r["score"].is_monotonic_decreasing
+
+
+def test_progress_total_matches_what_is_counted(fitted: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+    import influence_gbdt.explainer as explainer
+
+    bars: list[dict] = []
+
+    class Recorder:  # stands in for tqdm: records the total and the counts reported
+        def __init__(self, total: int, **kwargs: object) -> None:
+            bars.append({"total": total, "done": 0})
+
+        def __enter__(self) -> Recorder:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def update(self, count: int) -> None:
+            bars[-1]["done"] += count
+
+    monkeypatch.setattr(explainer, "tqdm", Recorder)
+    _, model, X, y, X_test, y_test = fitted
+    ex = BoostingInfluence(model).fit(X, y)
+    ex.score_training_points(X_test, y_test, aggregate="mean")  # reverse mode, one sweep
+    ex.score_training_points(X_test, y_test)  # reverse mode, per test point
+    ex.score_training_points(X_test, y_test, training_points=[1, 2])  # forward mode, per row
+    ex.set_params(method="leaf_refit").score_training_points(X_test, y_test, aggregate="sum")
+    assert [b["total"] for b in bars] == [len(X_test), len(X_test), 2, len(X)]
+    assert all(b["done"] == b["total"] for b in bars)
+
+
+def test_long_runs_warn_with_what_to_do_instead(fitted: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+    import influence_gbdt.explainer as explainer
+    from influence_gbdt import LongRunWarning
+
+    monkeypatch.setattr(explainer, "LONG_RUN_SECONDS", 0.0)  # every run counts as long
+    _, model, X, y, X_test, y_test = fitted
+    ex = BoostingInfluence(model, method="leaf_refit", progress=False).fit(X, y)
+    with pytest.warns(LongRunWarning, match=r"more hours .*training_points=.*method='leaf_influence'"):
+        ex.score_training_points(X_test, y_test, aggregate="mean")
+
+
+def test_a_small_memory_budget_batches_the_work_and_gives_the_same_scores(fitted: tuple) -> None:
+    _, model, X, y, X_test, y_test = fitted
+    ex = BoostingInfluence(model, progress=False).fit(X, y)
+    rows = np.arange(0, len(X), 3)
+    expected = [ex.score_training_points(X_test, y_test), ex.set_params(method="leaf_refit")
+                .score_training_points(X_test, y_test, training_points=rows)]
+    scores_bytes = 8 * len(X) * len(X_test)
+    ex.set_params(method="leaf_influence", max_memory=scores_bytes + 3e5)  # a few test points per batch
+    assert ex._chunk_size(ex.engine_, len(X), len(X_test), None, True) < 256
+    np.testing.assert_array_equal(ex.score_training_points(X_test, y_test), expected[0])
+    ex.set_params(method="leaf_refit")
+    np.testing.assert_array_equal(ex.score_training_points(X_test, y_test, training_points=rows), expected[1])
+    with pytest.raises(InputError, match="working memory"):
+        ex.set_params(max_memory=scores_bytes + 1).score_training_points(X_test, y_test)
+
+
+def test_any_k_beyond_the_largest_tree_means_every_leaf(fitted: tuple) -> None:
+    _, model, X, y, X_test, y_test = fitted
+    ex = BoostingInfluence(model, update_set="top_k_leaves", k=10**30, progress=False).fit(X, y)
+    largest = int(ex.engine_.ensemble.n_leaves.max())
+    rows = [0, 3]
+    np.testing.assert_array_equal(
+        ex.score_training_points(X_test, y_test, training_points=rows),
+        ex.set_params(k=largest).score_training_points(X_test, y_test, training_points=rows),
+    )
+
+
+def test_a_model_trained_on_a_dataframe_reads_arrays_by_position(fitted: tuple) -> None:
+    _, model, X, y, X_test, y_test = fitted
+    ex = BoostingInfluence(model, progress=False).fit(X, y)
+    arrays = BoostingInfluence(model, progress=False).fit(X.to_numpy(), y)
+    np.testing.assert_array_equal(
+        arrays.score_training_points(X_test.to_numpy(), y_test), ex.score_training_points(X_test, y_test)
+    )
+    lists = BoostingInfluence(model, progress=False).fit(X.to_numpy().tolist(), list(y))
+    np.testing.assert_array_equal(lists.engine_.train_margin, ex.engine_.train_margin)

@@ -109,3 +109,82 @@ def test_demo_runs_and_reports_auc(capsys: pytest.CaptureFixture) -> None:
     assert "most harmful training rows" in out and "ROC-AUC, leaf_influence" in out
     auc = float(out.split("ROC-AUC, leaf_influence (exact, all_points):")[1].split()[0])
     assert np.isfinite(auc) and auc > 0.6  # flipped labels are found far above chance (0.5)
+
+
+def test_unlabelled_test_data_is_scored_on_the_prediction_and_says_so(
+    files: tuple, capsys: pytest.CaptureFixture
+) -> None:
+    _, path, params, train, _, directory = files
+    unlabelled = directory / "unlabelled.csv"
+    binary_data(n=300)[2].to_csv(unlabelled, index=False)
+    assert main(["score", *_model_args(path, params, train), "--test", str(unlabelled), "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "scoring the effect on the raw prediction" in out and "raise the prediction most" in out
+    assert "harmful" not in out
+
+
+@pytest.mark.parametrize("library", ["xgboost", "lightgbm", "catboost"])
+def test_text_categoricals_in_a_csv(library: str, tmp_path, capsys: pytest.CaptureFixture) -> None:
+    # A categorical model trained on a DataFrame; its CSV holds the categories as text.
+    X, y, X_test, y_test = binary_data(n=300)
+    rng = np.random.default_rng(0)
+    colour = rng.choice(["red", "green", "blue"], len(X) + len(X_test))
+    X = X.assign(colour=pd.Categorical(colour[: len(X)], categories=["red", "green", "blue"]))
+    X_test = X_test.iloc[:10].assign(colour=pd.Categorical(colour[len(X):][:10]))  # another category order
+    y = np.where(X["colour"] == "red", 1 - y, y)
+    if library == "xgboost":
+        import xgboost
+
+        model = xgboost.XGBClassifier(n_estimators=6, max_depth=3, enable_categorical=True).fit(X, y)
+        params = ["--params", json.dumps({"eta": 0.3, "lambda": 1.0})]
+    elif library == "lightgbm":
+        import lightgbm
+
+        model = lightgbm.LGBMClassifier(n_estimators=6, num_leaves=6, verbose=-1).fit(X, y)
+        params = []
+    else:
+        import catboost
+
+        X, X_test = X.astype({"colour": str}), X_test.astype({"colour": str})
+        model = catboost.CatBoostClassifier(iterations=6, depth=3, verbose=0, one_hot_max_size=4,
+                                            cat_features=["colour"], allow_writing_files=False).fit(X, y)
+        params = []
+    path, _ = save_model(library, model, tmp_path)
+    X.assign(label=y).to_csv(tmp_path / "train.csv", index=False)
+    X_test.assign(label=y_test[:10]).to_csv(tmp_path / "test.csv", index=False)
+    args = [path, "--train", str(tmp_path / "train.csv"), "--label", "label", "--quiet", *params]
+    assert main(["check", *args]) == 0, capsys.readouterr().err
+    assert main(["score", *args, "--test", str(tmp_path / "test.csv"), "-o", str(tmp_path / "s.csv")]) == 0
+    scores = pd.read_csv(tmp_path / "s.csv")["score"].to_numpy()
+    from influence_gbdt import BoostingInfluence
+
+    expected = BoostingInfluence(model, progress=False).fit(X, y).score_training_points(
+        X_test, y_test[:10], aggregate="mean")
+    np.testing.assert_allclose(scores, expected, rtol=1e-6, atol=1e-12)
+
+
+def test_text_labels_with_a_catboost_file(tmp_path, capsys: pytest.CaptureFixture) -> None:
+    X, y, X_test, y_test = binary_data(n=300)
+    labels = np.where(y == 1, "yes", "no")
+    path, _ = save_model("catboost", classifier("catboost", X, labels), tmp_path)
+    X.assign(label=labels).to_csv(tmp_path / "train.csv", index=False)
+    X_test.assign(label=np.where(y_test == 1, "yes", "no")).to_csv(tmp_path / "test.csv", index=False)
+    args = [path, "--train", str(tmp_path / "train.csv"), "--label", "label", "--quiet"]
+    assert main(["score", *args, "--test", str(tmp_path / "test.csv")]) == 0
+    assert "Most harmful training rows" in capsys.readouterr().out
+
+
+def test_version_and_help_for_every_option(capsys: pytest.CaptureFixture) -> None:
+    import argparse
+
+    from influence_gbdt import __version__
+    from influence_gbdt.cli import _parser
+
+    assert main(["--version"]) == 0 and capsys.readouterr().out.strip() == f"influence-gbdt {__version__}"
+    for command in ("score", "check", "demo"):
+        assert main([command, "--help"]) == 0
+    parser = _parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in subparsers.choices.items():
+        for action in sub._actions:
+            assert action.help, f"{name} {action.option_strings or action.dest} has no help text"

@@ -327,3 +327,14 @@ def test_class_weights(data):
     # The init score ignores the label weights: they are objective factors, not dataset factors.
     assert engine.ensemble.base_rule == "mean"
     assert not np.array_equal(engine.ensemble.objective_factor, engine.ensemble.dataset_factor)
+
+
+def test_feature_names_as_lightgbm_stores_them(data):
+    # LightGBM stores "my a" as "my_a"; the DataFrame it was trained on is still its own.
+    X = pd.DataFrame(data["X"][:, :3], columns=["my a", "b", "c"])
+    model = lgb.LGBMRegressor(n_estimators=5, num_leaves=6, verbose=-1).fit(X, data["regression"])
+    adapter = LightGBMAdapter(model)
+    assert adapter.model_features() == (3, ["my_a", "b", "c"])
+    adapter.check_features(X)
+    with pytest.raises(InputError, match=r"another order\). Select them in the model's order"):
+        adapter.check_features(X[["b", "my a", "c"]])

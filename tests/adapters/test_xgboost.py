@@ -228,3 +228,20 @@ def test_unfitted_and_foreign_models_are_refused():
     bst = xgb.train({"objective": "reg:squarederror"}, xgb.DMatrix(np.eye(5), np.arange(5.0)), 2)
     with pytest.raises(UnsupportedModelError, match=r"subsample=0\.5"):
         XGBoostAdapter(bst, params={"subsample": 0.5})  # a reloaded model's lost setting, stated
+
+
+def test_sklearn_missing_value_is_the_one_prediction_uses(data):
+    # XGBClassifier(missing=0): rows holding 0 go where predict sends them, not down the NaN branch.
+    X = np.round(data["X"]).astype(float)  # about 40% exact zeros
+    Xt = np.round(data["Xt"]).astype(float)
+    model = xgb.XGBClassifier(n_estimators=8, max_depth=3, missing=0.0).fit(X, data["binary"])
+    adapter = adapter_for(model)
+    engine = adapter.prepare(X, data["binary"])
+    np.testing.assert_allclose(engine.train_margin, model.predict(X, output_margin=True), atol=1e-5)
+    test = TestPoints(leaf_index=adapter.leaf_indices(Xt), offset=adapter.init_offset(Xt))
+    np.testing.assert_allclose(engine.predict_margin(test), model.predict(Xt, output_margin=True), atol=1e-5)
+    # A Booster does not record it: pass it back like the other lost parameters.
+    booster = model.get_booster()
+    with pytest.raises(ReproductionError):
+        XGBoostAdapter(booster).prepare(X, data["binary"])
+    assert XGBoostAdapter(booster, {"missing": 0.0}).prepare(X, data["binary"]).relative_residual < 1e-5

@@ -1,0 +1,95 @@
+"""numba as the kernels use it: where compiled code is cached.
+
+The kernel modules import this module *as* ``numba`` (``from . import _jit as numba``), so their
+decorators read as plain numba (``@numba.njit(cache=True, nogil=True)``) while one thing is
+decided here, once:
+
+**Cache location.** numba's own ``cache=True`` writes next to the source file, i.e. into the
+installed package directory. Files pip did not install stay behind after ``pip uninstall``, and a
+leftover ``influence_gbdt/__pycache__`` turns the package into an empty namespace package for the
+next install. Here ``cache=True`` means: cache in
+
+1. ``$NUMBA_CACHE_DIR`` if set (numba's own setting; if it is not writable, nothing is cached),
+2. else ``$XDG_CACHE_HOME/influence-gbdt``, or ``~/.cache/influence-gbdt`` without XDG_CACHE_HOME,
+3. else (no writable directory, e.g. a read-only HOME) nowhere: the kernels compile in memory at
+   first use in each process, and nothing is written.
+
+Never into the package directory. :data:`CACHE_DIR` holds the choice made at import.
+
+No kernel uses numba's ``parallel=True`` layer (whose ``workqueue`` backend aborts the process when
+two Python threads enter parallel code at once): kernels release the GIL and the engine runs them
+on its own threads, so several threads may score at the same time.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import numba as _numba
+from numba.core import config as _numba_config
+
+_config: Any = _numba_config  # CACHE_DIR is read when a dispatcher is made
+
+
+def _writable_dir(path: str) -> bool:
+    """Whether ``path`` is (or can be made) a directory we can create files in."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError:
+        return False
+    return True
+
+
+def cache_dir() -> str | None:
+    """The directory compiled kernels are cached in, or None when nothing is writable.
+
+    ``$NUMBA_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/influence-gbdt`` or
+    ``~/.cache/influence-gbdt``; None if that directory cannot be written.
+    """
+    chosen = os.environ.get("NUMBA_CACHE_DIR")
+    if not chosen:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        if base.startswith("~"):  # no home directory to expand to
+            return None
+        chosen = os.path.join(base, "influence-gbdt")
+    chosen = os.path.abspath(chosen)
+    return chosen if _writable_dir(chosen) else None
+
+
+#: Where this process caches compiled kernels (None: in memory only).
+CACHE_DIR: str | None = cache_dir()
+
+
+def njit(*args: Any, **options: Any) -> Any:
+    """``numba.njit`` with ``cache=True`` redirected to :data:`CACHE_DIR`; used as ``@njit``,
+    ``@njit(...)`` or ``njit(...)(func)``."""
+    if args and callable(args[0]):
+        return njit(**options)(args[0])
+    cache = bool(options.pop("cache", False)) and CACHE_DIR is not None
+
+    def decorate(func: Callable[..., Any]) -> Any:
+        if not cache:
+            dispatcher = _numba.njit(**options)(func)
+        else:
+            # numba picks the cache location when the dispatcher is made, from config.CACHE_DIR.
+            saved = _config.CACHE_DIR
+            _config.CACHE_DIR = CACHE_DIR
+            try:
+                dispatcher = _numba.njit(cache=True, **options)(func)
+            finally:
+                _config.CACHE_DIR = saved
+        return dispatcher
+
+    return decorate
+
+
+jit = njit  # numba >= 0.59: jit compiles in nopython mode, like njit
+
+
+def __getattr__(name: str) -> Any:  # everything else is numba's own (numba.types, ...)
+    return getattr(_numba, name)

@@ -1,0 +1,578 @@
+"""Bad input, tried as a careless user would, on each library: refused with a named cause.
+
+One parametrized test body for the Python API (bad input x library) and one for the command line:
+each case asserts the exact error class (CLI: exit code 2 and one line on stderr) and a fragment of
+the message. The silent-wrong cases of issue 12 have their own tests in test_api.py / test_cli.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from boosters import LIBRARIES, binary_data, classifier, save_model
+
+from influence_gbdt import (
+    BoostingInfluence,
+    InputError,
+    MissingDependencyError,
+    NotFittedError,
+    UnsupportedModelError,
+)
+from influence_gbdt.cli import main
+
+
+@dataclass
+class Ctx:
+    """One small fitted classifier of ``library`` with its data and a fitted explainer."""
+
+    library: str
+    model: Any
+    X: pd.DataFrame
+    y: np.ndarray
+    Xt: pd.DataFrame
+    yt: np.ndarray
+    ex: BoostingInfluence
+
+    def new(self, **kwargs: Any) -> BoostingInfluence:
+        return BoostingInfluence(self.model, **{"progress": False, **kwargs})
+
+    def score(self, X: Any = None, y: Any = ..., **kwargs: Any) -> Any:
+        """Score with the fitted explainer; X and y default to the test set."""
+        return self.ex.score_training_points(
+            self.Xt if X is None else X, self.yt if y is ... else y, **kwargs
+        )
+
+
+@pytest.fixture(scope="module")
+def contexts() -> dict[str, Ctx]:
+    X, y, Xt, yt = binary_data(n=200, n_test=10)
+    out = {}
+    for library in LIBRARIES:
+        model = classifier(library, X, y, n_trees=6)
+        out[library] = Ctx(library, model, X, y, Xt, yt, BoostingInfluence(model, progress=False).fit(X, y))
+    return out
+
+
+def _catboost(kind: str) -> Callable[[Ctx], Any]:
+    """Fit an explainer on a CatBoost model with text or embedding features, or a sum_models one."""
+
+    def run(c: Ctx) -> Any:
+        import catboost
+
+        opts = {"iterations": 3, "verbose": 0, "allow_writing_files": False}
+        if kind == "sum_models":
+            parts = [catboost.CatBoostClassifier(random_seed=s, **opts).fit(c.X, c.y) for s in (0, 1)]
+            return BoostingInfluence(catboost.sum_models(parts)).fit(c.X, c.y)
+        if kind == "text":
+            X = c.X.assign(t=np.where(c.y == 1, "good day", "bad night"))
+            model = catboost.CatBoostClassifier(text_features=["t"], **opts).fit(X, c.y)
+        else:
+            X = c.X.assign(e=[np.array([a, b]) for a, b in zip(c.X.a, c.X.b, strict=True)])
+            model = catboost.CatBoostClassifier(embedding_features=["e"], **opts).fit(X, c.y)
+        return BoostingInfluence(model).fit(X, c.y)
+
+    return run
+
+
+def _container(kind: str) -> Callable[[Ctx], Any]:
+    def run(c: Ctx) -> Any:
+        if kind == "DMatrix":
+            import xgboost
+
+            return c.score(xgboost.DMatrix(c.Xt))
+        if kind == "Dataset":
+            import lightgbm
+
+            return c.score(lightgbm.Dataset(c.Xt))
+        import catboost
+
+        return c.score(catboost.Pool(c.Xt))
+
+    return run
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    run: Callable[[Ctx], Any]
+    error: type[Exception]
+    match: str
+    libraries: tuple[str, ...] = LIBRARIES
+
+
+_NUMERIC_PARAM = {"xgboost": {"eta": "fast"}, "lightgbm": {"learning_rate": "fast"}, "catboost": {"eta": 0.1}}
+
+CASES = [
+    # X: containers, shapes, types
+    Case(
+        "X-ragged-list",
+        lambda c: c.new().fit([[1.0, 2.0, 3.0, 4.0], [1.0]], c.y[:2]),
+        InputError,
+        "not a rectangular table",
+    ),
+    Case("X-dict", lambda c: c.new().fit(c.X.to_dict(), c.y), InputError, "pass a numpy array"),
+    Case(
+        "test-row-1d-array",
+        lambda c: c.score(c.Xt.to_numpy()[0], c.yt[:1]),
+        InputError,
+        r"one-dimensional .*row.reshape\(1, -1\)",
+    ),
+    Case(
+        "test-row-series",
+        lambda c: c.score(c.Xt.iloc[0], c.yt[:1]),
+        InputError,
+        r"pandas Series.*iloc\[\[j\]\]",
+    ),
+    Case("test-set-empty", lambda c: c.score(c.Xt.iloc[:0], c.yt[:0]), InputError, "X has no rows"),
+    Case("test-set-no-columns", lambda c: c.score(c.Xt.iloc[:, :0]), InputError, "X has no columns"),
+    Case("X-3d", lambda c: c.score(c.Xt.to_numpy()[None]), InputError, r"must be 2-D .*\(1, 10, 4\)"),
+    Case(
+        "X-duplicate-columns",
+        lambda c: c.new().fit(c.X.rename(columns={"b": "a"}), c.y),
+        InputError,
+        "duplicate column names",
+    ),
+    Case("X-DMatrix", _container("DMatrix"), InputError, "XGBoost DMatrix: pass the numpy array"),
+    Case("X-lgb-Dataset", _container("Dataset"), InputError, "LightGBM Dataset: pass the numpy array"),
+    Case("X-catboost-Pool", _container("Pool"), InputError, "CatBoost Pool: pass the numpy array"),
+    Case(
+        "X-inf",
+        lambda c: c.score(c.Xt.assign(a=np.inf)),
+        InputError,
+        "xgboost cannot read X: .*inf",
+        ("xgboost",),
+    ),
+    Case("X-text-in-numeric-column", lambda c: c.score(c.Xt.assign(a="high")), InputError, "cannot read X"),
+    # columns against the model and against fit
+    Case(
+        "fit-extra-column",
+        lambda c: c.new().fit(c.X.assign(e=1.0), c.y),
+        InputError,
+        "X has 5 columns but the .* model was trained on 4 features",
+    ),
+    Case(
+        "fit-extra-column-array",
+        lambda c: c.new().fit(c.X.assign(e=1.0).to_numpy(), c.y),
+        InputError,
+        "X has 5 columns",
+    ),
+    Case(
+        "fit-reordered-columns",
+        lambda c: c.new().fit(c.X[["b", "a", "c", "d"]], c.y),
+        InputError,
+        r"not the features .* in order \(same names, another order\)",
+    ),
+    Case(
+        "fit-renamed-column",
+        lambda c: c.new().fit(c.X.rename(columns={"d": "z"}), c.y),
+        InputError,
+        r"missing \['d'\], unknown \['z'\]",
+    ),
+    Case(
+        "test-reordered-columns",
+        lambda c: c.score(c.Xt[["b", "a", "c", "d"]]),
+        InputError,
+        "column names differ from those seen in fit",
+    ),
+    Case("test-extra-column", lambda c: c.score(c.Xt.assign(e=1.0)), InputError, r"unknown \['e'\]"),
+    Case(
+        "test-fewer-columns-array",
+        lambda c: c.score(c.Xt.to_numpy()[:, :3]),
+        InputError,
+        "X has 3 features, but the model was fitted with 4",
+    ),
+    # labels, weights, init scores
+    Case("y-too-short", lambda c: c.new().fit(c.X, c.y[:-1]), InputError, "X has 200 rows but y has shape"),
+    Case("y-two-columns", lambda c: c.new().fit(c.X, np.c_[c.y, c.y]), InputError, "y has shape"),
+    Case(
+        "y-nan",
+        lambda c: c.new().fit(c.X, np.where(np.arange(200) == 3, np.nan, c.y)),
+        InputError,
+        "missing labels",
+    ),
+    Case(
+        "y-unknown-class",
+        lambda c: c.score(y=np.where(c.yt == 1, "yes", "no")),
+        InputError,
+        r"not among the model's classes \[0, 1\]",
+    ),
+    Case(
+        "y-index-misaligned",
+        lambda c: c.score(c.Xt.iloc[[3]], pd.Series(c.yt)[[3]].reset_index(drop=True)),
+        InputError,
+        "y's index differs from X's",
+    ),
+    Case("y-missing-for-loss", lambda c: c.score(y=None), InputError, "needs y"),
+    Case(
+        "weight-nan",
+        lambda c: c.new().fit(c.X, c.y, sample_weight=np.full(200, np.nan)),
+        InputError,
+        "sample_weight contains NaN",
+    ),
+    Case(
+        "weight-text",
+        lambda c: c.new().fit(c.X, c.y, sample_weight=["a"] * 200),
+        InputError,
+        "sample_weight must be numeric",
+    ),
+    Case(
+        "weight-index-misaligned",
+        lambda c: c.new().fit(c.X, c.y, sample_weight=pd.Series(1.0, index=c.X.index + 1)),
+        InputError,
+        "sample_weight's index differs",
+    ),
+    Case("init-score-short", lambda c: c.score(init_score=np.zeros(3)), InputError, "init_score has shape"),
+    # settings
+    Case("aggregate-Mean", lambda c: c.score(aggregate="Mean"), InputError, "aggregate must be one of"),
+    Case("aggregate-avg", lambda c: c.score(aggregate="avg"), InputError, "aggregate must be one of"),
+    Case("aggregate-max", lambda c: c.score(aggregate="max"), InputError, "aggregate must be one of"),
+    Case("aggregate-True", lambda c: c.score(aggregate=True), InputError, "aggregate must be one of"),
+    Case("on-Loss", lambda c: c.score(on="Loss"), InputError, "on must be one of"),
+    Case(
+        "method-unknown",
+        lambda c: c.new(method="LeafInfluence").fit(c.X, c.y),
+        InputError,
+        "method must be one of",
+    ),
+    Case(
+        "k-inf",
+        lambda c: c.new(update_set="top_k_leaves", k=float("inf")).fit(c.X, c.y),
+        InputError,
+        "k must be an integer >= 1",
+    ),
+    Case(
+        "k-fraction",
+        lambda c: c.new(update_set="top_k_leaves", k=2.5).fit(c.X, c.y),
+        InputError,
+        "k must be an integer >= 1",
+    ),
+    Case("k-missing", lambda c: c.new(update_set="top_k_leaves").fit(c.X, c.y), InputError, "needs k"),
+    Case(
+        "max-memory-None",
+        lambda c: c.new(max_memory=None).fit(c.X, c.y),
+        InputError,
+        "max_memory must be a positive number",
+    ),
+    Case(
+        "max-memory-text",
+        lambda c: c.new(max_memory="4GB").fit(c.X, c.y),
+        InputError,
+        "max_memory must be a positive number",
+    ),
+    Case(
+        "max-memory-negative",
+        lambda c: c.new(max_memory=-1).fit(c.X, c.y),
+        InputError,
+        "max_memory must be a positive number",
+    ),
+    Case(
+        "max-memory-exceeded",
+        lambda c: c.ex.set_params(max_memory=1000).score_training_points(c.Xt, c.yt),
+        InputError,
+        "score matrix would hold 200 x 10 values",
+    ),
+    Case("progress-text", lambda c: c.new(progress="yes").fit(c.X, c.y), InputError, "progress must be"),
+    Case(
+        "params-not-mapping",
+        lambda c: c.new(params=[("eta", 0.1)]).fit(c.X, c.y),
+        InputError,
+        "params must be a mapping",
+    ),
+    Case(
+        "params-not-numeric",
+        lambda c: c.new(params=_NUMERIC_PARAM[c.library]).fit(c.X, c.y),
+        InputError,
+        r"must be a finite number|would be ignored",
+    ),
+    Case(
+        "params-unknown-key", lambda c: c.new(params={"etta": 0.1}).fit(c.X, c.y), InputError, r"\['etta'\]"
+    ),
+    Case(
+        "set-params-unknown", lambda c: c.ex.set_params(learning_rate=0.1), InputError, "Unknown parameters"
+    ),
+    Case("training-points-fraction", lambda c: c.score(training_points=[0.5]), InputError, "integer indices"),
+    Case(
+        "training-points-out-of-range", lambda c: c.score(training_points=[200]), InputError, "out of range"
+    ),
+    # top_training_points
+    Case(
+        "top-n-negative",
+        lambda c: c.ex.top_training_points(c.Xt, c.yt, n=-1),
+        InputError,
+        "n must be an integer >= 0",
+    ),
+    Case(
+        "top-n-fraction",
+        lambda c: c.ex.top_training_points(c.Xt, c.yt, n=2.5),
+        InputError,
+        "n must be an integer >= 0",
+    ),
+    Case(
+        "top-kind",
+        lambda c: c.ex.top_training_points(c.Xt, c.yt, kind="worst"),
+        InputError,
+        "kind must be one of",
+    ),
+    Case(
+        "top-not-aggregated",
+        lambda c: c.ex.top_training_points(c.Xt, c.yt, aggregate=None),
+        InputError,
+        "needs one score per row",
+    ),
+    Case(
+        "top-unknown-argument",
+        lambda c: c.ex.top_training_points(c.Xt, c.yt, agregate="mean"),
+        InputError,
+        r"Unknown arguments \['agregate'\]",
+    ),
+    # fit state
+    Case("not-fitted", lambda c: c.new().score_training_points(c.Xt, c.yt), NotFittedError, "not fitted"),
+    Case("model-changed", lambda c: _changed_model(c), NotFittedError, "changed since fit"),
+    # models that cannot be reproduced
+    Case("catboost-text-features", _catboost("text"), UnsupportedModelError, "text features", ("catboost",)),
+    Case(
+        "catboost-embedding-features",
+        _catboost("embedding"),
+        UnsupportedModelError,
+        "embedding features",
+        ("catboost",),
+    ),
+    Case("catboost-sum-models", _catboost("sum_models"), UnsupportedModelError, "sum_models", ("catboost",)),
+]
+
+
+def _changed_model(c: Ctx) -> Any:
+    ex = c.new().fit(c.X, c.y)
+    ex.model = classifier(c.library, c.X, 1 - c.y, n_trees=3)  # plain attribute assignment
+    return ex.score_training_points(c.Xt, c.yt)
+
+
+@pytest.mark.parametrize(
+    ("library", "case"),
+    [pytest.param(lib, case, id=f"{case.name}-{lib}") for case in CASES for lib in case.libraries],
+)
+def test_bad_input_is_refused_with_its_cause(library: str, case: Case, contexts: dict[str, Ctx]) -> None:
+    ctx = contexts[library]
+    ctx.ex.set_params(max_memory=4e9)
+    with pytest.raises(case.error, match=case.match) as info:
+        case.run(ctx)
+    assert type(info.value) is case.error and "\n" not in str(info.value)
+
+
+# ----------------------------------------------------------------------------------------------
+# The command line: one line on stderr, exit code 2.
+
+
+@pytest.fixture(scope="module")
+def cli_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    d = tmp_path_factory.mktemp("cli-fuzz")
+    X, y, Xt, yt = binary_data(n=200, n_test=10)
+    files: dict[str, Any] = {"dir": d}
+    X.assign(label=y).to_csv(d / "train.csv", index=False)
+    Xt.assign(label=yt).to_csv(d / "test.csv", index=False)
+    Xt.assign(label=yt, extra=1.0).to_csv(d / "test_extra.csv", index=False)
+    Xt[["b", "a", "c", "d"]].assign(label=yt).to_csv(d / "test_reordered.csv", index=False)
+    Xt.to_csv(d / "test_unlabelled.csv", index=False)
+    X.assign(label=np.where(y == 1, "yes", "no")).to_csv(d / "train_text_labels.csv", index=False)
+    (d / "empty.csv").write_text("")
+    (d / "header_only.csv").write_text("a,b,c,d,label\n")
+    for library in LIBRARIES:
+        sub = d / library
+        sub.mkdir()
+        path, params = save_model(library, classifier(library, X, y, n_trees=6), sub)
+        files[library] = (path, params)
+        raw = Path(path).read_bytes()
+        suffix = Path(path).suffix
+        (sub / f"truncated{suffix}").write_bytes(raw[: len(raw) // 2])
+        (sub / f"garbage{suffix}").write_bytes(b"\x00\x01 not a model \x02")
+    return files
+
+
+def _args(files: dict[str, Any], library: str, **kw: str) -> list[str]:
+    d = files["dir"]
+    path, params = files[library]
+    model = kw.pop("model", path)
+    args = [str(model), "--train", str(d / kw.pop("train", "train.csv")), "--label", "label", "--quiet"]
+    if kw.pop("params", None) is None and params:
+        args += ["--params", json.dumps(params)]
+    return args + [item for key, value in kw.items() for item in (f"--{key}", value)]
+
+
+@dataclass(frozen=True)
+class CliCase:
+    name: str
+    argv: Callable[[dict[str, Any], str], list[str]]
+    match: str
+    libraries: tuple[str, ...] = LIBRARIES
+
+
+def _test(name: str) -> Callable[[dict[str, Any], str], list[str]]:
+    return lambda f, lib: ["score", *_args(f, lib), "--test", str(f["dir"] / name)]
+
+
+CLI_CASES = [
+    # -o is checked before anything else: here the model file does not even exist.
+    CliCase(
+        "output-dir-missing",
+        lambda f, lib: [
+            "score",
+            *_args(f, lib, model="nowhere.txt"),
+            "--test",
+            "t.csv",
+            "-o",
+            str(f["dir"] / "no" / "s.csv"),
+        ],
+        "the directory .* does not exist",
+    ),
+    CliCase(
+        "output-is-directory",
+        lambda f, lib: [*_test("test.csv")(f, lib), "-o", str(f["dir"])],
+        "is a directory",
+    ),
+    CliCase("empty-csv", lambda f, lib: ["check", *_args(f, lib, train="empty.csv")], "is empty"),
+    CliCase("header-only-csv", _test("header_only.csv"), "has no data rows"),
+    CliCase("test-extra-column", _test("test_extra.csv"), r"unknown \['extra'\]"),
+    CliCase("test-reordered-columns", _test("test_reordered.csv"), "another order"),
+    CliCase(
+        "on-loss-without-labels",
+        lambda f, lib: [*_test("test_unlabelled.csv")(f, lib), "--on", "loss"],
+        "no label column 'label'",
+    ),
+    CliCase(
+        "label-column-missing", lambda f, lib: ["check", *_args(f, lib), "--label", "y"], "no column 'y'"
+    ),
+    CliCase(
+        "params-not-json",
+        lambda f, lib: ["check", *_args(f, lib, params="x"), "--params", "{eta: 1}"],
+        "--params must be a JSON object",
+    ),
+    CliCase(
+        "params-not-object",
+        lambda f, lib: ["check", *_args(f, lib, params="x"), "--params", "[1]"],
+        "--params must be a JSON object",
+    ),
+    CliCase(
+        "params-not-numeric",
+        lambda f, lib: ["check", *_args(f, lib, params="x"), "--params", json.dumps(_NUMERIC_PARAM[lib])],
+        r"must be a finite number|would be ignored",
+    ),
+    CliCase(
+        "model-garbage",
+        lambda f, lib: ["check", *_args(f, lib, model=_sibling(f, lib, "garbage"))],
+        r"cannot read model file|not a complete LightGBM model file|not valid JSON",
+    ),
+    CliCase(
+        "model-truncated",
+        lambda f, lib: ["check", *_args(f, lib, model=_sibling(f, lib, "truncated"))],
+        r"cannot read model file|not a complete LightGBM model file|not valid JSON",
+    ),
+    CliCase(
+        "model-unknown-format",
+        lambda f, lib: ["check", *_args(f, lib, model=f["dir"] / "train.csv")],
+        "Cannot tell which booster",
+    ),
+    CliCase(
+        "text-labels-for-a-raw-booster",
+        lambda f, lib: ["check", *_args(f, lib, train="train_text_labels.csv")],
+        "records no class labels",
+        ("xgboost", "lightgbm"),
+    ),
+    CliCase(
+        "k-zero",
+        lambda f, lib: [*_test("test.csv")(f, lib), "--update-set", "top_k_leaves", "-k", "0"],
+        "argument -k: must be >= 1",
+    ),
+    CliCase("top-negative", lambda f, lib: [*_test("test.csv")(f, lib), "--top", "-2"], "must be >= 0"),
+    CliCase(
+        "unknown-option", lambda f, lib: [*_test("test.csv")(f, lib), "--bogus"], "unrecognized arguments"
+    ),
+    CliCase(
+        "demo-noise-zero", lambda f, lib: ["demo", "--noise", "0"], "noise must be a fraction", ("catboost",)
+    ),
+    CliCase(
+        "demo-noise-above-one",
+        lambda f, lib: ["demo", "--noise", "1.5"],
+        "noise must be a fraction",
+        ("catboost",),
+    ),
+    CliCase("demo-trees-zero", lambda f, lib: ["demo", "--trees", "0"], "must be >= 1", ("catboost",)),
+    CliCase("demo-seed-negative", lambda f, lib: ["demo", "--seed", "-1"], "must be >= 0", ("catboost",)),
+]
+
+
+def _sibling(files: dict[str, Any], library: str, stem: str) -> Path:
+    path = Path(files[library][0])
+    return path.with_name(stem + path.suffix)
+
+
+@pytest.mark.parametrize(
+    ("library", "case"),
+    [pytest.param(lib, case, id=f"{case.name}-{lib}") for case in CLI_CASES for lib in case.libraries],
+)
+def test_cli_bad_input_is_one_line_and_exit_code_2(
+    library: str, case: CliCase, cli_files: dict[str, Any], capsys: pytest.CaptureFixture
+) -> None:
+    argv = case.argv(cli_files, library)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("influence-gbdt") and ": error: " in err and "\n" not in err, err
+    assert re.search(case.match, err), err
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_cli_names_the_extra_to_install_for_a_missing_booster(
+    library: str, cli_files: dict[str, Any], capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, library, None)  # import <library> now fails, as if not installed
+    assert main(["check", *_args(cli_files, library)]) == 2
+    err = capsys.readouterr().err
+    assert f'pip install "influence-gbdt[{library}]"' in err and "\n" not in err.strip()
+
+
+def test_demo_names_the_extra_to_install_without_catboost(monkeypatch: pytest.MonkeyPatch) -> None:
+    from influence_gbdt.demo import run_demo
+
+    monkeypatch.setitem(sys.modules, "catboost", None)
+    with pytest.raises(MissingDependencyError, match=r'pip install "influence-gbdt\[catboost\]"'):
+        run_demo(n_trees=1)
+
+
+def test_truncated_lightgbm_files_never_abort_the_process(cli_files: dict[str, Any]) -> None:
+    # LightGBM aborts inside C++ (exit 134) on a file cut inside its trees: each cut either loads or
+    # is refused with InputError. Run in a child so that an abort fails this test, not the session.
+    path = cli_files["lightgbm"][0]
+    code = textwrap.dedent(
+        f"""
+        import pathlib, tempfile
+        from influence_gbdt.cli import load_model
+        from influence_gbdt.errors import InputError
+        text = pathlib.Path({str(path)!r}).read_bytes()
+        trees_end = text.index(b"end of trees") + len(b"end of trees")
+        inside = refused_inside = 0
+        with tempfile.TemporaryDirectory() as tmp:
+            cut = pathlib.Path(tmp) / "cut.txt"
+            for end in range(0, len(text), max(len(text) // 80, 1)):
+                cut.write_bytes(text[:end])
+                inside += end < trees_end
+                try:
+                    load_model(cut)
+                except InputError:
+                    refused_inside += end < trees_end
+        print(inside, refused_inside)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    inside, refused_inside = map(int, out.stdout.split())
+    assert inside > 20 and refused_inside == inside  # a cut in the trailing sections may still load

@@ -1,0 +1,111 @@
+"""Compiled kernels: cached outside the package (or not at all), safe to call from several threads."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Imports the package, records where it caches, and compiles and runs one small kernel.
+_PROBE = textwrap.dedent(
+    """
+    import numpy as np
+    import influence_gbdt
+    from influence_gbdt import _jit, losses
+    print(_jit.CACHE_DIR)
+    print(losses.Loss("logloss").values(np.zeros(3), np.zeros(3)).round(4).tolist())
+    """
+)
+
+
+def _installed_copy(tmp_path: Path) -> Path:
+    """The package laid out as pip installs it (adapters/ inside influence_gbdt/), under tmp_path."""
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "influence_gbdt", site / "influence_gbdt",
+                    ignore=shutil.ignore_patterns("__pycache__", "data"))
+    shutil.copytree(ROOT / "adapters", site / "influence_gbdt" / "adapters",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    return site
+
+
+def _files(directory: Path) -> set[Path]:
+    return {p for p in directory.rglob("*")}
+
+
+def _run(site: Path, env: dict[str, str]) -> list[str]:
+    base = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "XDG_CACHE_HOME")}
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE], capture_output=True, text=True, cwd=site.parent,
+        env={**base, "PYTHONPATH": str(site), "PYTHONDONTWRITEBYTECODE": "1", **env},
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split("\n")
+
+
+def test_kernels_cache_in_numba_cache_dir_and_never_in_the_package(tmp_path: Path) -> None:
+    site = _installed_copy(tmp_path)
+    before = _files(site)
+    cache = tmp_path / "numba-cache"
+    lines = _run(site, {"NUMBA_CACHE_DIR": str(cache)})
+    assert lines[0] == str(cache) and lines[1] == "[0.6931, 0.6931, 0.6931]"
+    assert any(p.suffix == ".nbi" for p in cache.rglob("*"))  # the cache is used ...
+    assert _files(site) == before  # ... and nothing was written into the package
+
+
+def test_import_and_kernels_work_without_any_writable_cache_directory(tmp_path: Path) -> None:
+    site = _installed_copy(tmp_path)
+    if os.geteuid() != 0:  # root writes through permissions: there, "nothing written" is the proof
+        for path in [site, *site.rglob("*")]:
+            path.chmod(0o555 if path.is_dir() else 0o444)
+    home = tmp_path / "home-is-a-file"  # neither it nor ~/.cache can be created, even by root
+    home.write_text("")
+    before = _files(site)
+    try:
+        lines = _run(site, {"HOME": str(home)})
+        assert lines[0] == "None" and lines[1] == "[0.6931, 0.6931, 0.6931]"
+        # The per-user default when HOME is usable: XDG_CACHE_HOME/influence-gbdt.
+        lines = _run(site, {"XDG_CACHE_HOME": str(tmp_path / "xdg")})
+        assert lines[0] == str(tmp_path / "xdg" / "influence-gbdt")
+    finally:
+        for path in [site, *site.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    assert _files(site) == before
+
+
+def test_one_explainer_scored_from_two_threads() -> None:
+    # numba's workqueue layer (the one left where neither TBB nor OpenMP is available) aborts the
+    # whole process on concurrent parallel kernels: run in a child, under that layer, to prove no
+    # kernel uses it.
+    code = textwrap.dedent(
+        """
+        import threading
+        import numpy as np
+        from boosters import binary_data, classifier
+        from influence_gbdt import BoostingInfluence
+
+        X, y, X_test, y_test = binary_data(n=300)
+        ex = BoostingInfluence(classifier("lightgbm", X, y), progress=False).fit(X, y)
+        expected = ex.score_training_points(X_test, y_test)
+        results = []
+
+        def work():
+            for _ in range(10):
+                results.append(ex.score_training_points(X_test, y_test))
+
+        threads = [threading.Thread(target=work) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(results) == 20 and all(np.array_equal(r, expected) for r in results)
+        print("ok")
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests"), "NUMBA_THREADING_LAYER": "workqueue"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
