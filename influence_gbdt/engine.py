@@ -37,6 +37,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from . import _kernels as K
+from ._base import BaseMargin
 from ._forward import forward_many
 from ._refit import refit_many
 from ._reverse import reverse
@@ -118,7 +119,7 @@ class InfluenceEngine:
         scale = float(np.abs(e.leaf_values).max())
         self.relative_residual = self.residual / scale if scale > 0 else self.residual
         self._group_v = np.bincount(e.weight_group, e.user_weight, e.n_groups)
-        self._dbase_all: NDArray[np.float64] | None = None
+        self._base = BaseMargin(e)
 
     # ------------------------------------------------------------------------------------------
     # Self-check and predictions.
@@ -575,58 +576,20 @@ class InfluenceEngine:
         d_fac = np.ascontiguousarray(self._dfac[idx])
         return d_fac, own + d_fac @ self._group_v
 
-    def _refits_base(self, refit_base: bool) -> bool:
-        return bool(refit_base and self.ensemble.base_rule != "fixed")
-
-    def _base_statistics(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """Per group: sum of d*y and sum of d over the dataset weights d (the base estimate's
-        sufficient statistics)."""
-        e = self.ensemble
-        d = e.dataset_weight
-        sums = np.bincount(e.weight_group, d * e.y, e.n_groups), np.bincount(e.weight_group, d, e.n_groups)
-        return sums[0].astype(np.float64), sums[1].astype(np.float64)
-
     def _base_shift(self, idx: NDArray[np.int64], refit_base: bool) -> NDArray[np.float64]:
-        """New minus old base margin with each row of ``idx`` deleted, shape (B, K).
-
-        Where the deletion changes the dataset factors, each group's sums scale by new / old factor
-        (exact up to the float32 rounding of the dataset weights)."""
-        e = self.ensemble
-        if not self._refits_base(refit_base):
-            return np.zeros((idx.size, e.n_outputs))
-        sy, sd = self._base_statistics()
-        own = np.zeros((idx.size, e.n_groups))
-        own[np.arange(idx.size), e.weight_group[idx]] = 1.0
-        d_i = e.dataset_weight[idx, None]
-        old = np.where(e.dataset_factor > 0, e.dataset_factor, 1.0)
-        scale = (np.ones((idx.size, e.n_groups)) if e.dataset_factor_without is None
-                 else e.dataset_factor_without[idx] / old[None, :])
-        num = ((sy[None, :] - own * d_i * e.y[idx, None]) * scale).sum(1)
-        den = ((sd[None, :] - own * d_i) * scale).sum(1)
-        # New minus *stored* margin: a retrained booster stores its new constant rounded as the
-        # old one was (CatBoost: float32), so this matches true retraining to one rounding.
-        return (e.loss.mean_link(num / den) - e.base_margin[0])[:, None]
+        """New minus old base margin with each row of ``idx`` deleted, shape (B, K)."""
+        if not refit_base:
+            return np.zeros((idx.size, self.ensemble.n_outputs))
+        return self._base.shift_without(idx)
 
     def _dbase(self, idx: NDArray[np.int64], refit_base: bool) -> NDArray[np.float64]:
         """d base margin / d v_i for each row of ``idx``, shape (B, K)."""
         return self._dbase_every_row(refit_base)[idx]
 
     def _dbase_every_row(self, refit_base: bool) -> NDArray[np.float64]:
-        e = self.ensemble
-        if not self._refits_base(refit_base):
-            return np.zeros((e.n_rows, e.n_outputs))
-        if self._dbase_all is None:
-            sy, sd = self._base_statistics()
-            total = float(sd.sum())
-            mean = float(sy.sum()) / total
-            d_mean = e.dataset_factor[e.weight_group] * (e.y - mean)
-            if e.dataset_factor_derivative is not None:
-                safe = np.where(e.dataset_factor > 0, e.dataset_factor, 1.0)
-                per_unit = np.where(e.dataset_factor > 0, 1.0 / safe, 0.0)
-                d_mean = d_mean + e.dataset_factor_derivative @ ((sy - mean * sd) * per_unit)
-            slope = float(e.loss.mean_link_slope(np.array([mean]))[0])
-            self._dbase_all = (slope * d_mean / total)[:, None]
-        return self._dbase_all
+        if not refit_base:
+            return np.zeros((self.ensemble.n_rows, self.ensemble.n_outputs))
+        return self._base.derivative()
 
 
 def _check_aggregate(aggregate: Aggregate) -> None:

@@ -38,7 +38,9 @@ accepted scales of the trained model are ``step_scales``; a refit on changed dat
 Base margin (``base_rule``)
 ---------------------------
 ``"fixed"``: ``base_margin`` stays when the data changes. ``"mean"``: it is the loss's mean link of
-the label mean weighted by the dataset weights (boost_from_average), ``mean = sum d y / sum d``;
+the label mean weighted by the dataset weights (boost_from_average), ``mean = sum d y / sum d``.
+``"newton_step"``: one Newton step of the loss from ``base_anchor``,
+``base_anchor - sum d g / sum d h`` (XGBoost's intercept with ``scale_pos_weight``). Both are
 re-estimated whenever the data changes.
 
 Removing a row and reweighting it
@@ -62,8 +64,8 @@ from numpy.typing import ArrayLike, NDArray
 from .errors import InputError
 from .losses import Loss
 
-BaseRule = Literal["fixed", "mean"]
-BASE_RULES: tuple[str, ...] = ("fixed", "mean")
+BaseRule = Literal["fixed", "mean", "newton_step"]
+BASE_RULES: tuple[str, ...] = ("fixed", "mean", "newton_step")
 
 
 def _per_tree(name: str, value: ArrayLike, n_trees: int, dtype: type) -> NDArray[Any]:
@@ -144,8 +146,10 @@ class TreeEnsemble:
         The training loss (name and parameters, e.g. the hessian floor).
     base_margin : ndarray of shape (K,), float64
         The initial margin added to every row.
-    base_rule : {"fixed", "mean"}
+    base_rule : {"fixed", "mean", "newton_step"}
         How the booster would re-estimate ``base_margin`` on changed data (see module docstring).
+    base_anchor : ndarray of shape (K,), float64
+        The margin a ``"newton_step"`` base estimate starts from.
     init_offset : ndarray of shape (n, K), float64
         Per-row offset added to the initial margin (a user baseline / base_margin), usually 0.
     y : ndarray of shape (n,), float64
@@ -186,6 +190,7 @@ class TreeEnsemble:
     loss: Loss
     base_margin: NDArray[np.float64]
     base_rule: str
+    base_anchor: NDArray[np.float64]
     init_offset: NDArray[np.float64]
     y: NDArray[np.float64]
     user_weight: NDArray[np.float64]
@@ -271,6 +276,7 @@ class TreeEnsemble:
         hessian_floor: float = 0.0,
         base_margin: ArrayLike = 0.0,
         base_rule: str = "fixed",
+        base_anchor: ArrayLike = 0.0,
         init_offset: ArrayLike | None = None,
         user_weight: ArrayLike | None = None,
         weight_group: ArrayLike | None = None,
@@ -309,7 +315,8 @@ class TreeEnsemble:
         hessian_floor : float
             With a loss name: the booster's hessian floor.
         base_margin : scalar or (K,)
-        base_rule : {"fixed", "mean"}
+        base_rule : {"fixed", "mean", "newton_step"}
+        base_anchor : scalar or (K,)
         init_offset : array-like of shape (n,) or (n, K), optional
         user_weight : array-like of shape (n,), optional
             Default 1.
@@ -447,6 +454,7 @@ class TreeEnsemble:
             loss=loss_obj,
             base_margin=_per_row("base_margin", base_margin, (K,), 0.0),
             base_rule=base_rule,
+            base_anchor=_per_row("base_anchor", base_anchor, (K,), 0.0),
             init_offset=_per_row("init_offset", init_offset, (n_rows, K), 0.0),
             y=labels,
             user_weight=v,

@@ -92,7 +92,13 @@ class Loss:
 
     def gradients(self, y: NDArray[np.float64], margin: NDArray[np.float64]) -> NDArray[np.float64]:
         """``dL/dm`` per row, shape (m, K)."""
-        return _gradients(self.code, self.params, _as_float(y), _as_2d(margin), self.state_size)
+        return self.grad_hess(y, margin)[0]
+
+    def grad_hess(
+        self, y: NDArray[np.float64], margin: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """The booster's gradient and hessian diagonal per row, each shape (m, K)."""
+        return _grad_hess_rows(self.code, self.params, _as_float(y), _as_2d(margin), self.state_size)
 
     def mean_link(self, mean: NDArray[np.float64]) -> NDArray[np.float64]:
         """The loss-minimising constant margin given the weighted label mean (elementwise).
@@ -226,13 +232,13 @@ def _values(
 
 
 @_jit
-def _gradients(
+def _grad_hess_rows(
     code: int, prm: NDArray[np.float64], y: NDArray[np.float64], m: NDArray[np.float64], size: int
-) -> NDArray[np.float64]:
-    out = np.empty_like(m)
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    g = np.empty_like(m)
+    h = np.empty_like(m)
     z = np.empty(size)
-    h = np.empty(m.shape[1])
     for j in range(m.shape[0]):
         point(code, prm, m[j], z)
-        grad_hess(code, prm, y[j], z, out[j], h)
-    return out
+        grad_hess(code, prm, y[j], z, g[j], h[j])
+    return g, h

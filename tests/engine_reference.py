@@ -73,6 +73,7 @@ class Spec:
     floor: float
     base: float
     base_refit: bool
+    base_newton: bool = False  # the refit base is one Newton step from 0 instead of the mean link
 
     # -- the model on changed data ---------------------------------------------------------------
     def factors(self, v: np.ndarray, present: np.ndarray, rule: FactorRule | None) -> np.ndarray:
@@ -84,6 +85,9 @@ class Spec:
         if not self.base_refit:
             return self.base
         u = v * present * self.factors(v, present, self.dataset_rule)[self.groups]
+        if self.base_newton:
+            g, h = _derivs(self.loss, self.y, np.zeros(self.y.size), self.floor)
+            return float(-np.sum(u * g) / np.sum(u * h))
         mean = np.sum(u * self.y) / np.sum(u)
         return float(np.log(mean / (1 - mean))) if self.loss == "logloss" else float(mean)
 
@@ -204,7 +208,7 @@ class Spec:
             n_iterations=self.n_iter if self.backtrack else None,
             hessian_floor=self.floor,
             base_margin=self.base,
-            base_rule="mean" if self.base_refit else "fixed",
+            base_rule=("newton_step" if self.base_newton else "mean") if self.base_refit else "fixed",
             init_offset=self.offset,
             user_weight=self.v,
             weight_group=self.groups,
@@ -232,6 +236,7 @@ def random_spec(
     dataset_rule: FactorRule | None = None,
     objective_rule: FactorRule | None = None,
     offset_scale: float = 0.2,
+    base_newton: bool = False,
 ) -> Spec:
     rng = np.random.default_rng(seed)
     n_leaves = rng.integers(2, max_leaves + 1, n_trees)
@@ -272,6 +277,7 @@ def random_spec(
         floor=0.0,
         base=0.3,
         base_refit=base_refit,
+        base_newton=base_newton,
     )
     if base_refit:
         spec.base = spec.base_for(v, np.ones(n, bool))

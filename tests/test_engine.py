@@ -46,6 +46,9 @@ CONFIGS = {
                                    weighted=True),
     "logloss-both-factors": dict(dataset_rule=balanced_weights, objective_rule=balanced_counts,
                                  base_refit=True, weighted=True),
+    "logloss-newton-step-base": dict(dataset_rule=balanced_weights, base_refit=True, base_newton=True,
+                                     weighted=True),
+    "squared-newton-step-base": dict(loss="squared_error", base_refit=True, base_newton=True, weighted=True),
 }
 ROWS = np.arange(0, 60, 5)
 
