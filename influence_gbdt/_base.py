@@ -3,15 +3,16 @@ and its derivative with respect to a row's weight. Private: used by the engine.
 
 Every rule that re-estimates the base margin is a ratio of dataset-weighted row sums, mapped::
 
-    b = T(r),   r = sum_j d_j p_j / sum_j d_j q_j      (d = dataset weights)
+    b = T(r),   r_c = sum_j d_j p_jc / sum_j d_j q_jc      (d = dataset weights, c = output)
 
-- ``"mean"`` (boost_from_average): ``p = y``, ``q = 1``, ``T`` = the loss's mean link;
+- ``"mean"`` (boost_from_average): ``p`` = the label vector (class indicators for multiclass),
+  ``q = 1``, ``T`` = the mean link (logit, log, log of class shares, ...);
 - ``"newton_step"`` (one Newton step from ``base_anchor``, XGBoost's intercept with
   ``scale_pos_weight``): ``p = g(y, anchor)``, ``q = h(y, anchor)``, ``T(r) = anchor - r``.
 
 Deleting row ``i`` removes its terms and rescales each group's sums by its new dataset factor;
 the derivative follows from ``dr/dv_i = (a_i (p_i - r q_i) + sum_g da_g/dv_i (P_g - r Q_g) / a_g) / Q``
-with ``a`` the dataset factors and ``P_g, Q_g`` the group sums.
+with ``a`` the dataset factors and ``P_g, Q_g`` the group sums, then ``db = dT/dr . dr``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .ensemble import TreeEnsemble
+from .losses import ONE_VS_ALL, SOFTMAX
+
+
+def _group_sums(groups: NDArray[np.int64], values: NDArray[np.float64], n_groups: int) -> NDArray[np.float64]:
+    """Per group and column: the sum of ``values`` (n, K), shape (G, K)."""
+    out = np.zeros((n_groups, values.shape[1]))
+    np.add.at(out, groups, values)
+    return out
 
 
 class BaseMargin:
@@ -36,26 +45,32 @@ class BaseMargin:
         self._derivative: NDArray[np.float64] | None = None
         if not self.refits:
             return
-        if e.base_rule == "mean":
-            self._p, self._q = e.y, np.ones(e.n_rows)
-        else:  # newton_step
-            g, h = e.loss.grad_hess(e.y, np.broadcast_to(e.base_anchor, (e.n_rows, e.n_outputs)))
-            self._p, self._q = g[:, 0], h[:, 0]
-        d = e.dataset_weight
-        self._P = np.bincount(e.weight_group, d * self._p, e.n_groups).astype(np.float64)
-        self._Q = np.bincount(e.weight_group, d * self._q, e.n_groups).astype(np.float64)
+        K = e.n_outputs
+        if e.base_rule == "newton_step":
+            self._p, self._q = e.loss.grad_hess(e.y, np.broadcast_to(e.base_anchor, (e.n_rows, K)))
+        else:
+            if e.loss.code in (SOFTMAX, ONE_VS_ALL):
+                self._p = (e.y[:, :1] == np.arange(K)[None, :]).astype(np.float64)
+            else:
+                self._p = e.y.astype(np.float64)
+            self._q = np.ones((e.n_rows, K))
+        d = e.dataset_weight[:, None]
+        self._P = _group_sums(e.weight_group, d * self._p, e.n_groups)
+        self._Q = _group_sums(e.weight_group, d * self._q, e.n_groups)
 
     def _map(self, r: NDArray[np.float64]) -> NDArray[np.float64]:
+        """``T(r)`` for ratios ``r`` of shape (B, K)."""
         e = self.ensemble
-        if e.base_rule == "mean":
-            return e.loss.mean_link(r)
-        return e.base_anchor[0] - r
+        if e.base_rule == "newton_step":
+            return e.base_anchor[None, :] - r
+        return e.loss.mean_link(r if e.n_outputs > 1 else r[:, 0], e.base_link).reshape(r.shape)
 
-    def _slope(self, r: float) -> float:
+    def _jacobian(self, r: NDArray[np.float64]) -> NDArray[np.float64]:
+        """``dT/dr`` at one ratio vector (K,), shape (K, K)."""
         e = self.ensemble
-        if e.base_rule == "mean":
-            return float(e.loss.mean_link_slope(np.array([r]))[0])
-        return -1.0
+        if e.base_rule == "newton_step":
+            return -np.eye(e.n_outputs)
+        return e.loss.mean_link_jacobian(r, e.base_link)
 
     def shift_without(self, idx: NDArray[np.int64]) -> NDArray[np.float64]:
         """New minus stored base margin with each row of ``idx`` deleted, shape (B, K).
@@ -70,13 +85,14 @@ class BaseMargin:
             return np.zeros((idx.size, e.n_outputs))
         own = np.zeros((idx.size, e.n_groups))
         own[np.arange(idx.size), e.weight_group[idx]] = 1.0
-        d_i = e.dataset_weight[idx, None]
+        d_i = e.dataset_weight[idx, None, None]
         old = np.where(e.dataset_factor > 0, e.dataset_factor, 1.0)
         scale = (np.ones((idx.size, e.n_groups)) if e.dataset_factor_without is None
-                 else e.dataset_factor_without[idx] / old[None, :])
-        num = ((self._P[None, :] - own * d_i * self._p[idx, None]) * scale).sum(1)
-        den = ((self._Q[None, :] - own * d_i * self._q[idx, None]) * scale).sum(1)
-        return (self._map(num / den) - e.base_margin[0])[:, None]
+                 else e.dataset_factor_without[idx] / old[None, :])[:, :, None]
+        own3 = own[:, :, None]
+        num = ((self._P[None] - own3 * d_i * self._p[idx, None, :]) * scale).sum(1)
+        den = ((self._Q[None] - own3 * d_i * self._q[idx, None, :]) * scale).sum(1)
+        return self._map(num / den) - e.base_margin[None, :]
 
     def derivative(self) -> NDArray[np.float64]:
         """d base margin / d v_i for every training row, shape (n, K) (zeros for a fixed base)."""
@@ -84,12 +100,12 @@ class BaseMargin:
         if not self.refits:
             return np.zeros((e.n_rows, e.n_outputs))
         if self._derivative is None:
-            total = float(self._Q.sum())
-            r = float(self._P.sum()) / total
-            d_r = e.dataset_factor[e.weight_group] * (self._p - r * self._q)
+            total = self._Q.sum(0)
+            r = self._P.sum(0) / total
+            d_r = e.dataset_factor[e.weight_group, None] * (self._p - r[None, :] * self._q)
             if e.dataset_factor_derivative is not None:
                 safe = np.where(e.dataset_factor > 0, e.dataset_factor, 1.0)
-                per_unit = np.where(e.dataset_factor > 0, 1.0 / safe, 0.0)
-                d_r = d_r + e.dataset_factor_derivative @ ((self._P - r * self._Q) * per_unit)
-            self._derivative = (self._slope(r) * d_r / total)[:, None]
+                per_unit = np.where(e.dataset_factor > 0, 1.0 / safe, 0.0)[:, None]
+                d_r = d_r + e.dataset_factor_derivative @ ((self._P - r[None, :] * self._Q) * per_unit)
+            self._derivative = (d_r / total[None, :]) @ self._jacobian(r).T
         return self._derivative

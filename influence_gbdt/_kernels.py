@@ -35,9 +35,11 @@ def leaf_step(G: float, H: float, lam: float, l1: float, mds: float) -> tuple[fl
     """One leaf-estimation step and its partial derivatives.
 
     Returns ``(delta, d delta / d G, d delta / d D)`` with ``D = H + lam``;
-    ``delta = -ThresholdL1(G, l1) / D`` clipped to ``+-mds`` (if ``mds > 0``); 0 where ``H <= 0``.
+    ``delta = -ThresholdL1(G, l1) / D`` clipped to ``+-mds`` (if ``mds > 0``); 0 where ``D <= 0``
+    (an empty leaf without l2). A leaf whose rows all have zero hessian (CatBoost's Huber outside
+    delta) takes ``-G / lam``.
     """
-    if H <= 0.0:
+    if H + lam <= 0.0:
         return 0.0, 0.0, 0.0
     if l1 > 0.0:
         if G > l1:

@@ -41,7 +41,7 @@ class Tables(NamedTuple):
     rows_by_leaf: NDArray[np.int32]  # (T, n)
     leaf_first: NDArray[np.int64]  # (n_total,)
     leaf_count: NDArray[np.int64]  # (n_total,)
-    y: NDArray[np.float64]  # (n,)
+    y: NDArray[np.float64]  # (n, label width)
     v: NDArray[np.float64]  # (n,) user weights
     grp: NDArray[np.int64]  # (n,) weight group
     dfac: NDArray[np.float64]  # (G,) dataset factors
@@ -96,7 +96,7 @@ def build_tables(e: TreeEnsemble, group_sums: bool) -> Tables:
         leaf_first=leaf_first, leaf_count=leaf_count, y=e.y, v=e.user_weight, grp=e.weight_group,
         dfac=e.dataset_factor, ofac=e.objective_factor, f32w=e.float32_weights,
         w=np.ascontiguousarray(e.sample_weight), code=e.loss.code,
-        prm=e.loss.params, zsize=e.loss.state_size, K=e.n_outputs, f32=e.float32_gradients,
+        prm=e.loss.prm, zsize=e.loss.state_size, K=e.n_outputs, f32=e.float32_gradients,
         stored=e.leaf_values,
         values=np.empty(e.n_total_leaves), u_before=np.empty(n_sl), G=np.empty(n_sl),
         H=np.empty(n_sl), SDG=np.zeros(n_sl), SDH=np.zeros(n_sl), RG=np.empty(n_sl),

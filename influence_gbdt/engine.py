@@ -207,6 +207,7 @@ class InfluenceEngine:
         aggregate: Aggregate = None,
         chunk_size: int = 64,
         progress: Progress = None,
+        output: int | None = None,
     ) -> NDArray[np.float64]:
         """LeafRefit scores: ``L(F(x_j)) - L(F_without_i(x_j))`` (``on="loss"``) or
         ``F(x_j) - F_without_i(x_j)`` (``on="prediction"``).
@@ -226,6 +227,9 @@ class InfluenceEngine:
             Rows deleted per batch; memory is O(chunk_size * (n_total + m)).
         progress : callable, optional
             Called with the number of rows finished after each batch.
+        output : int, optional
+            With ``on="prediction"``: the output (class, target) whose margin is scored; required
+            when the model has several outputs.
 
         Returns
         -------
@@ -233,6 +237,7 @@ class InfluenceEngine:
         """
         _check_aggregate(aggregate)
         leaves, offset, y = self._test_arrays(test, need_y=on == "loss")
+        column = self._output(on, output)
         f_test = self._margins(leaves, offset)
         loss = self.ensemble.loss
         loss_test = None if y is None else loss.values(y, f_test)
@@ -244,9 +249,9 @@ class InfluenceEngine:
             new_values = self._refit(chunk, mode, kk, shift, threads=1)
             d_f = K.leaf_sums(self._tables, new_values - self.leaf_values[None, :], shift, leaves)
             if y is None or loss_test is None:
-                return -d_f[:, :, 0]
+                return -d_f[:, :, column]
             new_f = f_test[None, :, :] + d_f
-            new_loss = loss.values(np.tile(y, chunk.size), new_f.reshape(-1, new_f.shape[2]))
+            new_loss = loss.values(np.tile(y, (chunk.size, 1)), new_f.reshape(-1, new_f.shape[2]))
             return loss_test[None, :] - new_loss.reshape(chunk.size, -1)
 
         return self._chunked(batch, idx, chunk_size, aggregate, progress)
@@ -262,6 +267,7 @@ class InfluenceEngine:
         aggregate: Aggregate = None,
         chunk_size: int = 64,
         progress: Progress = None,
+        output: int | None = None,
     ) -> NDArray[np.float64]:
         """LeafInfluence scores ``dL(y_j, F(x_j)) / dv_i`` (``on="prediction"``: ``dF(x_j)/dv_i``).
 
@@ -275,10 +281,11 @@ class InfluenceEngine:
         if self.uses_reverse(update_set, self.resolve_rows(rows).size, n_test, aggregate):
             return self.influence_reverse(
                 test, rows=rows, refit_base=refit_base, on=on, aggregate=aggregate, progress=progress,
+                output=output,
             )
         return self.influence_forward(
             test, rows=rows, update_set=update_set, k=k, refit_base=refit_base, on=on,
-            aggregate=aggregate, chunk_size=chunk_size, progress=progress,
+            aggregate=aggregate, chunk_size=chunk_size, progress=progress, output=output,
         )
 
     def uses_reverse(self, update_set: UpdateSet, n_rows: int, n_test: int, aggregate: Aggregate) -> bool:
@@ -300,12 +307,13 @@ class InfluenceEngine:
         aggregate: Aggregate = None,
         chunk_size: int = 64,
         progress: Progress = None,
+        output: int | None = None,
     ) -> NDArray[np.float64]:
         """LeafInfluence by forward mode, one training row at a time (O(T n) per row with
         ``all_points``). Same parameters and return as :meth:`leaf_refit`."""
         _check_aggregate(aggregate)
         leaves, offset, y = self._test_arrays(test, need_y=on == "loss")
-        coef = self._test_coef(leaves, offset, y)
+        coef = self._test_coef(leaves, offset, y, self._output(on, output))
         idx = self.resolve_rows(rows)
         mode, kk = self._mode(update_set, k)
 
@@ -326,6 +334,7 @@ class InfluenceEngine:
         aggregate: Aggregate = None,
         chunk_size: int = 64,
         progress: Progress = None,
+        output: int | None = None,
     ) -> NDArray[np.float64]:
         """Exact all_points LeafInfluence of every training row by reverse mode (adjoint).
 
@@ -347,7 +356,7 @@ class InfluenceEngine:
         """
         _check_aggregate(aggregate)
         leaves, offset, y = self._test_arrays(test, need_y=on == "loss")
-        coef = self._test_coef(leaves, offset, y)
+        coef = self._test_coef(leaves, offset, y, self._output(on, output))
         idx = self.resolve_rows(rows)
         e = self.ensemble
         d_base = self._dbase_every_row(refit_base)
@@ -479,12 +488,30 @@ class InfluenceEngine:
         return K.leaf_sums(self._tables, e.leaf_values[None, :], e.base_margin[None, :], leaves)[0] + offset
 
     def _test_coef(
-        self, leaves: NDArray[np.int64], offset: NDArray[np.float64], y: NDArray[np.float64] | None
+        self, leaves: NDArray[np.int64], offset: NDArray[np.float64], y: NDArray[np.float64] | None,
+        column: int,
     ) -> NDArray[np.float64]:
-        """dObjective/dF per test point, (m, K): L'(y, F) for the loss, 1 for the prediction."""
+        """dObjective/dF per test point, (m, K): L'(y, F) for the loss, the unit vector of output
+        ``column`` for the prediction."""
         if y is None:
-            return np.ones((leaves.shape[1], self.ensemble.n_outputs))
+            coef = np.zeros((leaves.shape[1], self.ensemble.n_outputs))
+            coef[:, column] = 1.0
+            return coef
         return self.ensemble.loss.gradients(y, self._margins(leaves, offset))
+
+    def _output(self, on: str, output: int | None) -> int:
+        """The output scored with ``on="prediction"`` (0 for single-output models)."""
+        K = self.ensemble.n_outputs
+        if on != "prediction" or (output is None and K == 1):
+            return 0
+        if output is None:
+            raise InputError(
+                f"The model has {K} outputs (classes or targets): scoring the prediction needs the "
+                "output to score, e.g. output=0."
+            )
+        if not (isinstance(output, int | np.integer) and 0 <= int(output) < K):
+            raise InputError(f"output must be an integer in 0 .. {K - 1}, got {output!r}.")
+        return int(output)
 
     def _test_arrays(
         self, test: TestPoints, need_y: bool
@@ -509,10 +536,9 @@ class InfluenceEngine:
             return leaves, offset, None
         if test.y is None:
             raise InputError("Scoring the loss needs test labels y; use on='prediction' without labels.")
-        y = np.asarray(test.y, dtype=np.float64)
-        if y.shape != (m,):
-            raise InputError(f"Test labels must have shape ({m},), got {y.shape}.")
-        e.loss.check_labels(y, "test labels")
+        y = e.loss.as_labels(test.y, "test labels")
+        if y.shape[0] != m:
+            raise InputError(f"Test labels must have one row per test point ({m}), got {y.shape[0]}.")
         return leaves, offset, y
 
     def resolve_rows(self, rows: ArrayLike | None) -> NDArray[np.int64]:

@@ -37,8 +37,9 @@ accepted scales of the trained model are ``step_scales``; a refit on changed dat
 
 Base margin (``base_rule``)
 ---------------------------
-``"fixed"``: ``base_margin`` stays when the data changes. ``"mean"``: it is the loss's mean link of
-the label mean weighted by the dataset weights (boost_from_average), ``mean = sum d y / sum d``.
+``"fixed"``: ``base_margin`` stays when the data changes. ``"mean"``: it is the mean link
+``base_link`` (logit, log, log of class shares, ...) of the label mean weighted by the dataset
+weights (boost_from_average), ``mean = sum d y / sum d`` (class indicators for multiclass).
 ``"newton_step"``: one Newton step of the loss from ``base_anchor``,
 ``base_anchor - sum d g / sum d h`` (XGBoost's intercept with ``scale_pos_weight``). Both are
 re-estimated whenever the data changes.
@@ -62,7 +63,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .errors import InputError
-from .losses import Loss
+from .losses import LINKS, Loss
 
 BaseRule = Literal["fixed", "mean", "newton_step"]
 BASE_RULES: tuple[str, ...] = ("fixed", "mean", "newton_step")
@@ -143,17 +144,20 @@ class TreeEnsemble:
     n_iterations : ndarray of shape (T,), int64
         Step tries of a backtracking tree (accepted or not); ``n_steps`` otherwise.
     loss : Loss
-        The training loss (name and parameters, e.g. the hessian floor).
+        The training loss (name, parameters, outputs, e.g. the hessian floor).
     base_margin : ndarray of shape (K,), float64
         The initial margin added to every row.
     base_rule : {"fixed", "mean", "newton_step"}
         How the booster would re-estimate ``base_margin`` on changed data (see module docstring).
     base_anchor : ndarray of shape (K,), float64
         The margin a ``"newton_step"`` base estimate starts from.
+    base_link : str
+        The mean link of the ``"mean"`` rule (see :meth:`~influence_gbdt.losses.Loss.mean_link`).
     init_offset : ndarray of shape (n, K), float64
         Per-row offset added to the initial margin (a user baseline / base_margin), usually 0.
-    y : ndarray of shape (n,), float64
-        Training labels as the booster saw them (float32-rounded where the booster rounds).
+    y : ndarray of shape (n, label_width), float64
+        Training labels as the booster saw them (float32-rounded where the booster rounds): the label
+        or class index, or ``K`` targets for multi-target regression.
     user_weight : ndarray of shape (n,), float64
         The user's sample weights ``v`` (>= 0); scores are per unit of them.
     weight_group : ndarray of shape (n,), int64
@@ -191,6 +195,7 @@ class TreeEnsemble:
     base_margin: NDArray[np.float64]
     base_rule: str
     base_anchor: NDArray[np.float64]
+    base_link: str
     init_offset: NDArray[np.float64]
     y: NDArray[np.float64]
     user_weight: NDArray[np.float64]
@@ -277,6 +282,7 @@ class TreeEnsemble:
         base_margin: ArrayLike = 0.0,
         base_rule: str = "fixed",
         base_anchor: ArrayLike = 0.0,
+        base_link: str | None = None,
         init_offset: ArrayLike | None = None,
         user_weight: ArrayLike | None = None,
         weight_group: ArrayLike | None = None,
@@ -297,10 +303,11 @@ class TreeEnsemble:
             Leaf of each training row in each tree, ``0 .. n_leaves[t] - 1``.
         leaf_values : array-like of shape (n_total,), or a list of T arrays (one per tree)
             Stored leaf values.
-        y : array-like of shape (n,)
+        y : array-like of shape (n,) or (n, K)
             Training labels.
         loss : str or Loss
-            A loss name (with ``hessian_floor``) or a :class:`~influence_gbdt.losses.Loss`.
+            A single-output loss name (with ``hessian_floor``) or a
+            :class:`~influence_gbdt.losses.Loss`.
         n_leaves : array-like of shape (T,), optional
             Leaves per tree; taken from the per-tree ``leaf_values`` list when omitted.
         tree_output : scalar or shape (T,)
@@ -317,6 +324,8 @@ class TreeEnsemble:
         base_margin : scalar or (K,)
         base_rule : {"fixed", "mean", "newton_step"}
         base_anchor : scalar or (K,)
+        base_link : str, optional
+            Default: the loss's own mean link.
         init_offset : array-like of shape (n,) or (n, K), optional
         user_weight : array-like of shape (n,), optional
             Default 1.
@@ -414,8 +423,9 @@ class TreeEnsemble:
         if np.any(shared & (steps > 1)) or np.any(shared & (tries > 1)):
             raise InputError("A tree with several leaf steps must be alone in its round.")
 
-        labels = _per_row("y", y, (n_rows,), 0.0)
-        loss_obj.check_labels(labels, "training labels")
+        labels = loss_obj.as_labels(y, "training labels")
+        if labels.shape[0] != n_rows:
+            raise InputError(f"y has {labels.shape[0]} rows, leaf_index {n_rows}.")
         v = _per_row("user_weight", user_weight, (n_rows,), 1.0)
         if v.min() < 0:
             raise InputError("user_weight must be non-negative.")
@@ -432,6 +442,11 @@ class TreeEnsemble:
             raise InputError("The effective training weights must have a positive sum.")
         if base_rule not in BASE_RULES:
             raise InputError(f"base_rule must be one of {BASE_RULES}, got {base_rule!r}.")
+        link = loss_obj.default_link if base_link is None else base_link
+        if link not in LINKS:
+            raise InputError(f"base_link must be one of {LINKS}, got {link!r}.")
+        if base_rule == "newton_step" and K != 1:
+            raise InputError("The 'newton_step' base rule is modelled for single-output losses only.")
         table = (n_rows, n_groups)
 
         return cls(
@@ -455,6 +470,7 @@ class TreeEnsemble:
             base_margin=_per_row("base_margin", base_margin, (K,), 0.0),
             base_rule=base_rule,
             base_anchor=_per_row("base_anchor", base_anchor, (K,), 0.0),
+            base_link=link,
             init_offset=_per_row("init_offset", init_offset, (n_rows, K), 0.0),
             y=labels,
             user_weight=v,

@@ -1,29 +1,45 @@
 """Losses in the margin, written once and shared by every adapter.
 
-A loss is named by a :class:`Loss` (its name and parameters). The engine's compiled kernels see
-it as an integer ``code`` plus a float64 parameter vector ``prm`` and call the per-row primitives
-below; Python code uses the vectorized helpers at the end of the module.
+A loss is named by a :class:`Loss` (name, parameters, number of outputs). The engine's compiled
+kernels see it as an integer ``code`` plus a float64 parameter vector ``prm`` and call the
+per-row primitives below; Python code uses the vectorized methods of :class:`Loss`.
 
 Conventions
 -----------
 ``m`` is a row's raw margin, a vector of ``K`` outputs (``K = 1`` for binary and regression
-models). ``g = dL/dm`` is the booster's gradient and ``h`` the *booster's* hessian diagonal (the
-second derivative, possibly floored or scaled as the booster computes it: it enters Newton leaf
-steps only). Derivatives of ``g`` and ``h`` with respect to the margins are the true ones:
+models) and ``y`` its label vector (one entry: the label, or the class index for multiclass;
+``K`` entries for multi-target regression). ``g = dL/dm`` is the booster's gradient and ``h`` the
+*booster's* hessian diagonal (possibly floored, scaled or replaced, as the booster computes it:
+it enters Newton leaf steps only). Derivatives of ``g`` and ``h`` with respect to the margins are
+the true ones:
 
 - ``vjp``: ``out = sum_c beta_c * dg_c/dm + gamma_c * dh_c/dm`` (reverse mode);
 - ``jvp``: ``dg_c = dg_c/dm . dm`` and ``dh_c = dh_c/dm . dm`` (forward mode).
 
-Each primitive takes the row's *point* ``z``, a short state vector computed once from the margin
-by :func:`point` (e.g. ``p`` and ``1 - p`` for log loss, both computed without cancellation), so
-that several derivatives of one row cost one exponential.
+Each primitive takes the row's *point* ``z``, a short state vector computed once from the margin by
+:func:`point` (e.g. ``p`` and ``1 - p`` for log loss, both without cancellation), so several
+derivatives of one row cost one exponential.
 
-Losses (``prm[0]`` is always the hessian floor: ``h = max(h, floor)`` and ``dh = 0`` where the
-floor is active; 0 means none):
+Losses (``prm[0]`` is always the hessian floor: ``h = max(h, floor)``, ``dh = 0`` where active).
+Values are the objective's own loss; for the log-link regressions the *half deviance*, which is 0
+at a perfect prediction (the negative log-likelihood up to a constant in ``y``):
 
-- ``logloss``: binary log loss on labels in [0, 1] (0/1 classes or probabilities),
-  ``L = log(1 + e^m) - y m``, ``g = p - y``, ``h = p (1 - p)``, ``p = sigmoid(m)``.
-- ``squared_error``: ``L = (m - y)^2 / 2``, ``g = m - y``, ``h = 1``.
+==================  ==============================================  ============================
+name                loss (r = m - y; p = sigmoid or softmax)         booster hessian h
+==================  ==============================================  ============================
+``logloss``         log(1 + e^(s m)) - y s m, labels in [0, 1]      s^2 p(1-p); s = ``sigma``
+``squared_error``   r^2 / 2                                         1
+``poisson``         e^m - y m - (y - y log y)                       e^(m + ``hessian_log_shift``)
+``gamma``           y e^-m + m - 1 - log y, y > 0                   y e^-m
+``tweedie``         half Tweedie deviance, power rho in (1, 2)      d2L/dm2
+``huber``           r^2/2 if |r| <= delta, else delta (|r| - delta/2)   1 inside, ``outside_hessian``
+``pseudo_huber``    delta^2 (sqrt(1 + (r/delta)^2) - 1)             d2L/dm2
+``fair``            c^2 (|r|/c - log(1 + |r|/c))                    d2L/dm2
+``quantile``        ``scale`` * pinball_alpha(y - m)                1 (leaves are renewed)
+``softmax``         -log p_y (K classes)                            ``factor`` p_k (1 - p_k)
+``one_vs_all``      sum_k logloss(m_k, [y = k]) (K classes)         p_k (1 - p_k)
+``multi_squared``   sum_k (m_k - y_k)^2 / 2 (K targets)             1
+==================  ==============================================  ============================
 """
 
 from __future__ import annotations
@@ -40,8 +56,37 @@ from .errors import InputError
 
 LOGLOSS = 0
 SQUARED_ERROR = 1
+POISSON = 2
+GAMMA = 3
+TWEEDIE = 4
+HUBER = 5
+PSEUDO_HUBER = 6
+FAIR = 7
+QUANTILE = 8
+SOFTMAX = 9
+ONE_VS_ALL = 10
+MULTI_SQUARED = 11
 
 _jit = numba.njit(cache=True, nogil=True)
+
+#: name -> (code, parameter names with defaults, multi-output, point size (None = K))
+_SPECS: dict[str, tuple[int, dict[str, float], bool, int | None]] = {
+    "logloss": (LOGLOSS, {"sigma": 1.0}, False, 2),
+    "squared_error": (SQUARED_ERROR, {}, False, 1),
+    "poisson": (POISSON, {"hessian_log_shift": 0.0}, False, 1),
+    "gamma": (GAMMA, {}, False, 1),
+    "tweedie": (TWEEDIE, {"power": 1.5}, False, 1),
+    "huber": (HUBER, {"delta": 1.0, "outside_hessian": 1.0}, False, 1),
+    "pseudo_huber": (PSEUDO_HUBER, {"delta": 1.0}, False, 1),
+    "fair": (FAIR, {"c": 1.0}, False, 1),
+    "quantile": (QUANTILE, {"alpha": 0.5, "scale": 1.0}, False, 1),
+    "softmax": (SOFTMAX, {"factor": 1.0}, True, None),
+    "one_vs_all": (ONE_VS_ALL, {}, True, None),
+    "multi_squared": (MULTI_SQUARED, {}, True, None),
+}
+LOSSES: tuple[str, ...] = tuple(_SPECS)
+#: Mean links (boost_from_average): how a weighted label mean becomes a starting margin.
+LINKS: tuple[str, ...] = ("identity", "logit", "log", "log_share", "log_share_centered")
 
 
 @dataclass(frozen=True)
@@ -54,77 +99,188 @@ class Loss:
         One of :data:`LOSSES`.
     hessian_floor : float
         Lower bound the booster puts on its hessian (XGBoost: 1e-16 for log loss); 0 for none.
+    n_outputs : int
+        ``K``: 1 for single-output losses; the number of classes or targets otherwise.
+    params : mapping, optional
+        The loss's parameters (see the module table); missing ones take their defaults.
+
+    Raises
+    ------
+    InputError
+        On an unknown name or parameter, or a parameter outside its range.
     """
 
     name: str
     hessian_floor: float = 0.0
+    n_outputs: int = 1
+    params: dict[str, float] = field(default_factory=dict)
     code: int = field(init=False)
-    n_outputs: int = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.name not in _CODES:
-            raise InputError(f"loss must be one of {sorted(_CODES)}, got {self.name!r}.")
+        if self.name not in _SPECS:
+            raise InputError(f"loss must be one of {sorted(_SPECS)}, got {self.name!r}.")
+        code, defaults, multi, _ = _SPECS[self.name]
+        unknown = sorted(set(self.params) - set(defaults))
+        if unknown:
+            raise InputError(f"Loss {self.name!r} has no parameters {unknown}; it takes {sorted(defaults)}.")
         if not (self.hessian_floor >= 0 and math.isfinite(self.hessian_floor)):
             raise InputError(f"hessian_floor must be a finite number >= 0, got {self.hessian_floor}.")
-        object.__setattr__(self, "code", _CODES[self.name])
-        object.__setattr__(self, "n_outputs", 1)
+        if (self.n_outputs < 2) if multi else (self.n_outputs != 1):
+            need = "n_outputs >= 2" if multi else "n_outputs = 1"
+            raise InputError(f"Loss {self.name!r} needs {need}, got {self.n_outputs}.")
+        full = {**defaults, **{k: float(v) for k, v in self.params.items()}}
+        _check_params(self.name, full)
+        object.__setattr__(self, "params", full)
+        object.__setattr__(self, "code", code)
 
     @property
-    def params(self) -> NDArray[np.float64]:
-        """The parameter vector ``prm`` the kernels read (``prm[0]`` = hessian floor)."""
-        return np.array([self.hessian_floor], dtype=np.float64)
+    def prm(self) -> NDArray[np.float64]:
+        """The parameter vector the kernels read: the hessian floor, then the parameters in order."""
+        return np.array([self.hessian_floor, *self.params.values()], dtype=np.float64)
 
     @property
     def state_size(self) -> int:
         """Length of a row's point ``z`` (see :func:`point`)."""
-        return 2 if self.code == LOGLOSS else 1
+        size = _SPECS[self.name][3]
+        if size is None:
+            return 2 * self.n_outputs if self.code == ONE_VS_ALL else self.n_outputs
+        return size
 
-    def check_labels(self, y: NDArray[np.float64], what: str = "labels") -> None:
-        """Raise :class:`InputError` if ``y`` (n,) holds values outside the loss's domain."""
-        if not np.all(np.isfinite(y)):
+    @property
+    def label_width(self) -> int:
+        """Entries of a row's label vector: ``K`` for multi-target regression, else 1."""
+        return self.n_outputs if self.code == MULTI_SQUARED else 1
+
+    @property
+    def default_link(self) -> str:
+        """The mean link of boost_from_average for this loss (see :meth:`mean_link`)."""
+        if self.code in (LOGLOSS, ONE_VS_ALL):
+            return "logit"
+        if self.code in (POISSON, GAMMA, TWEEDIE):
+            return "log"
+        if self.code == SOFTMAX:
+            return "log_share"
+        return "identity"
+
+    def as_labels(self, y: Any, what: str = "labels") -> NDArray[np.float64]:
+        """Labels as an array of shape (n, label_width), checked against the loss's domain.
+
+        Raises
+        ------
+        InputError
+            On NaN or infinite labels, or labels outside the domain (log loss: [0, 1]; Poisson and
+            Tweedie: >= 0; gamma: > 0; classes: integers 0 .. K - 1).
+        """
+        arr = np.asarray(y, dtype=np.float64)
+        if arr.ndim == 1:
+            arr = arr[:, None]
+        if arr.ndim != 2 or arr.shape[1] != self.label_width:
+            raise InputError(
+                f"The {what} must have shape (n,) or (n, {self.label_width}), got {np.shape(y)}.")
+        if not np.all(np.isfinite(arr)):
             raise InputError(f"The {what} contain NaN or infinite values: drop or fix those rows first.")
-        if self.code == LOGLOSS and y.size and (y.min() < 0 or y.max() > 1):
-            raise InputError(f"Log-loss {what} must lie in [0, 1] (0/1 classes or probabilities).")
+        lo, hi, strict, integer = _DOMAINS.get(self.code, (-np.inf, np.inf, False, False))
+        if self.code in (SOFTMAX, ONE_VS_ALL):
+            hi = self.n_outputs - 1
+        bad = (arr < lo) | (arr > hi) | ((arr == lo) if strict else False)
+        if integer:
+            bad |= arr != np.round(arr)
+        if arr.size and np.any(bad):
+            raise InputError(f"The {what} must lie in {_describe_domain(self.code, self.n_outputs)} for the "
+                             f"{self.name} loss; found {arr[bad].ravel()[:3].tolist()}.")
+        return np.ascontiguousarray(arr)
 
-    def values(self, y: NDArray[np.float64], margin: NDArray[np.float64]) -> NDArray[np.float64]:
-        """Per-row loss of margins ``margin`` (m,) or (m, K) for labels ``y`` (m,); shape (m,)."""
-        return _values(self.code, self.params, _as_float(y), _as_2d(margin))
+    def check_labels(self, y: Any, what: str = "labels") -> None:
+        """Raise :class:`InputError` if ``y`` holds values outside the loss's domain."""
+        self.as_labels(y, what)
 
-    def gradients(self, y: NDArray[np.float64], margin: NDArray[np.float64]) -> NDArray[np.float64]:
+    def values(self, y: Any, margin: Any) -> NDArray[np.float64]:
+        """Per-row loss of margins ``margin`` (m,) or (m, K) for labels ``y``; shape (m,)."""
+        return _values(self.code, self.prm, self.as_labels(y), _as_2d(margin))
+
+    def gradients(self, y: Any, margin: Any) -> NDArray[np.float64]:
         """``dL/dm`` per row, shape (m, K)."""
         return self.grad_hess(y, margin)[0]
 
-    def grad_hess(
-        self, y: NDArray[np.float64], margin: NDArray[np.float64]
-    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    def grad_hess(self, y: Any, margin: Any) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """The booster's gradient and hessian diagonal per row, each shape (m, K)."""
-        return _grad_hess_rows(self.code, self.params, _as_float(y), _as_2d(margin), self.state_size)
+        return _grad_hess_rows(self.code, self.prm, self.as_labels(y), _as_2d(margin), self.state_size)
 
-    def mean_link(self, mean: NDArray[np.float64]) -> NDArray[np.float64]:
-        """The loss-minimising constant margin given the weighted label mean (elementwise).
+    def mean_link(self, mean: NDArray[np.float64], link: str | None = None) -> NDArray[np.float64]:
+        """The starting margin(s) from weighted label means, per link (default :attr:`default_link`).
 
-        The mean itself for squared error; its logit for log loss, clipped to [1e-15, 1 - 1e-15]
-        so that a single-class label set stays finite (as LightGBM does).
+        ``mean`` has shape (B,) (one output) or (B, K). ``identity``: the mean; ``logit``:
+        log(mean / (1 - mean)) / sigma with the mean clipped to [1e-15, 1 - 1e-15]; ``log``: log of
+        the mean; ``log_share``: log(max(share, 1e-15)) per class; ``log_share_centered``:
+        log(share + 1e-6) minus its mean over the classes.
         """
-        if self.code == LOGLOSS:
+        link = link or self.default_link
+        if link == "logit":
             mean = np.clip(mean, 1e-15, 1.0 - 1e-15)
-            return np.log(mean / (1.0 - mean))
-        return mean
+            return np.log(mean / (1.0 - mean)) / self.params.get("sigma", 1.0)
+        if link == "log":
+            with np.errstate(divide="ignore"):
+                return np.log(mean)
+        if link == "log_share":
+            return np.log(np.maximum(mean, 1e-15))
+        if link == "log_share_centered":
+            out = np.log(mean + 1e-6)
+            return out - out.mean(axis=-1, keepdims=True)
+        return np.array(mean, dtype=np.float64)
 
-    def mean_link_slope(self, mean: NDArray[np.float64]) -> NDArray[np.float64]:
-        """Derivative of :meth:`mean_link` (0 where the clip is active)."""
-        if self.code == LOGLOSS:
+    def mean_link_jacobian(self, mean: NDArray[np.float64], link: str | None = None) -> NDArray[np.float64]:
+        """d link / d mean at one mean vector (K,): shape (K, K) (0 where a clip is active)."""
+        link = link or self.default_link
+        mean = np.atleast_1d(np.asarray(mean, dtype=np.float64))
+        K = mean.size
+        if link == "logit":
             inside = (mean > 1e-15) & (mean < 1.0 - 1e-15)
-            return np.where(inside, 1.0 / np.where(inside, mean * (1.0 - mean), 1.0), 0.0)
-        return np.ones_like(mean)
+            slope = np.where(inside, 1.0 / np.where(inside, mean * (1.0 - mean), 1.0), 0.0)
+            return np.diag(slope / self.params.get("sigma", 1.0))
+        if link == "log":
+            return np.diag(1.0 / mean)
+        if link == "log_share":
+            return np.diag(np.where(mean > 1e-15, 1.0 / np.where(mean > 1e-15, mean, 1.0), 0.0))
+        if link == "log_share_centered":
+            d = np.diag(1.0 / (mean + 1e-6))
+            return d - d.mean(axis=0, keepdims=True)
+        return np.eye(K)
 
 
-_CODES: dict[str, int] = {"logloss": LOGLOSS, "squared_error": SQUARED_ERROR}
-LOSSES: tuple[str, ...] = tuple(_CODES)
+def _check_params(name: str, p: dict[str, float]) -> None:
+    rules = {
+        "sigma": (lambda v: v > 0, "> 0"),
+        "power": (lambda v: 1.0 < v < 2.0, "in (1, 2) (use 'poisson' for power 1)"),
+        "delta": (lambda v: v > 0, "> 0"),
+        "c": (lambda v: v > 0, "> 0"),
+        "alpha": (lambda v: 0.0 < v < 1.0, "in (0, 1)"),
+        "scale": (lambda v: v > 0, "> 0"),
+        "factor": (lambda v: v > 0, "> 0"),
+        "outside_hessian": (lambda v: v >= 0, ">= 0"),
+        "hessian_log_shift": (lambda v: math.isfinite(v), "finite"),
+    }
+    for key, value in p.items():
+        ok, what = rules[key]
+        if not (math.isfinite(value) and ok(value)):
+            raise InputError(f"Loss {name!r}: parameter {key} must be {what}, got {value}.")
 
 
-def _as_float(y: Any) -> NDArray[np.float64]:
-    return np.ascontiguousarray(y, dtype=np.float64)
+#: code -> (lowest, highest, lowest excluded, integer)
+_DOMAINS: dict[int, tuple[float, float, bool, bool]] = {
+    LOGLOSS: (0.0, 1.0, False, False),
+    POISSON: (0.0, np.inf, False, False),
+    TWEEDIE: (0.0, np.inf, False, False),
+    GAMMA: (0.0, np.inf, True, False),
+    SOFTMAX: (0.0, np.inf, False, True),
+    ONE_VS_ALL: (0.0, np.inf, False, True),
+}
+
+
+def _describe_domain(code: int, K: int) -> str:
+    if code in (SOFTMAX, ONE_VS_ALL):
+        return f"the class indices 0 .. {K - 1}"
+    lo, hi, strict, _ = _DOMAINS[code]
+    return f"{'(' if strict else '['}{lo:g}, {hi:g}{']' if np.isfinite(hi) else ')'}"
 
 
 def _as_2d(margin: Any) -> NDArray[np.float64]:
@@ -134,67 +290,170 @@ def _as_2d(margin: Any) -> NDArray[np.float64]:
 
 # ----------------------------------------------------------------------------------------------
 # Per-row primitives (compiled). ``m``, ``g``, ``h``, ``beta``, ``gamma``, ``dm``, ``out`` have
-# length K; ``z`` has the loss's state size.
+# length K; ``y`` is the row's label vector; ``z`` has the loss's point size.
+
+
+@_jit
+def _sigmoid_pair(x: float) -> tuple[float, float]:
+    """``(sigmoid(x), 1 - sigmoid(x))`` without cancellation."""
+    e = math.exp(-abs(x))
+    big = 1.0 / (1.0 + e)
+    small = e / (1.0 + e)
+    return (big, small) if x >= 0.0 else (small, big)
 
 
 @_jit
 def point(code: int, prm: NDArray[np.float64], m: NDArray[np.float64], z: NDArray[np.float64]) -> None:
-    """Fill the row's point ``z`` from its margins ``m``."""
+    """Fill the row's point ``z`` from its margins ``m``: (p, 1 - p) for log loss, the softmax
+    probabilities, the per-class sigmoids p_k then 1 - p_k for one-vs-all, ``e^m`` for Poisson,
+    the margin itself otherwise."""
     if code == LOGLOSS:
-        x = m[0]
-        e = math.exp(-abs(x))
-        big = 1.0 / (1.0 + e)
-        small = e / (1.0 + e)
-        if x >= 0.0:
-            z[0], z[1] = big, small  # p, 1 - p
-        else:
-            z[0], z[1] = small, big
+        z[0], z[1] = _sigmoid_pair(prm[1] * m[0])
+    elif code == SOFTMAX:
+        top = m.max()
+        total = 0.0
+        for c in range(m.shape[0]):
+            z[c] = math.exp(m[c] - top)
+            total += z[c]
+        for c in range(m.shape[0]):
+            z[c] /= total
+    elif code == ONE_VS_ALL:
+        K = m.shape[0]
+        for c in range(K):
+            z[c], z[K + c] = _sigmoid_pair(m[c])
+    elif code == MULTI_SQUARED:
+        z[:] = m
+    elif code == POISSON:
+        z[0] = math.exp(m[0])
     else:
         z[0] = m[0]
 
 
 @_jit
-def grad_hess(
-    code: int, prm: NDArray[np.float64], y: float, z: NDArray[np.float64],
-    g: NDArray[np.float64], h: NDArray[np.float64],
-) -> None:
-    """The booster's gradient ``g`` and hessian diagonal ``h`` at point ``z``."""
+def _scalar(
+    code: int, prm: NDArray[np.float64], y: float, z: NDArray[np.float64]
+) -> tuple[float, float, float, float]:
+    """``(g, h, dg/dm, dh/dm)`` of a one-output loss at point ``z`` (``h`` unfloored)."""
     if code == LOGLOSS:
-        g[0] = z[0] - y
-        h[0] = max(z[0] * z[1], prm[0])
-    else:
-        g[0] = z[0] - y
-        h[0] = max(1.0, prm[0])
+        s = prm[1]
+        v = z[0] * z[1]
+        return s * (z[0] - y), s * s * v, s * s * v, s * s * s * v * (z[1] - z[0])
+    if code == SQUARED_ERROR:
+        return z[0] - y, 1.0, 1.0, 0.0
+    if code == POISSON:
+        e = z[0]
+        h = e * math.exp(prm[1])
+        return e - y, h, e, h
+    if code == GAMMA:
+        e = y * math.exp(-z[0])
+        return 1.0 - e, e, e, -e
+    if code == TWEEDIE:
+        rho = prm[1]
+        e1 = y * math.exp((1.0 - rho) * z[0])
+        e2 = math.exp((2.0 - rho) * z[0])
+        h = -(1.0 - rho) * e1 + (2.0 - rho) * e2
+        return e2 - e1, h, h, -(1.0 - rho) ** 2 * e1 + (2.0 - rho) ** 2 * e2
+    r = z[0] - y
+    if code == HUBER:
+        delta = prm[1]
+        if abs(r) <= delta:
+            return r, 1.0, 1.0, 0.0
+        return math.copysign(delta, r), prm[2], 0.0, 0.0
+    if code == PSEUDO_HUBER:
+        delta = prm[1]
+        q = 1.0 + (r / delta) ** 2
+        h = 1.0 / (q * math.sqrt(q))
+        return r / math.sqrt(q), h, h, -3.0 * r / (delta * delta) * h / q
+    if code == FAIR:
+        c = prm[1]
+        a = abs(r) + c
+        h = c * c / (a * a)
+        return c * r / a, h, h, -2.0 * math.copysign(c * c, r) / (a * a * a)
+    # QUANTILE: the pinball gradient (the tree's leaves are renewed, not Newton steps)
+    return (prm[2] * (1.0 - prm[1]) if r >= 0.0 else -prm[2] * prm[1]), 1.0, 0.0, 0.0
 
 
 @_jit
-def _scalar_d2(code: int, prm: NDArray[np.float64], z: NDArray[np.float64]) -> tuple[float, float]:
-    """``(dg/dm, dh/dm)`` of a one-output loss at point ``z``."""
-    if code == LOGLOSS:
-        v = z[0] * z[1]
-        return v, (v * (z[1] - z[0]) if v >= prm[0] else 0.0)
-    return 1.0, 0.0
+def grad_hess(
+    code: int, prm: NDArray[np.float64], y: NDArray[np.float64], z: NDArray[np.float64],
+    g: NDArray[np.float64], h: NDArray[np.float64],
+) -> None:
+    """The booster's gradient ``g`` and hessian diagonal ``h`` at point ``z``."""
+    if code == SOFTMAX:
+        for c in range(g.shape[0]):
+            g[c] = z[c] - (1.0 if y[0] == c else 0.0)
+            h[c] = max(prm[1] * z[c] * (1.0 - z[c]), prm[0])
+    elif code == ONE_VS_ALL:
+        K = g.shape[0]
+        for c in range(K):
+            g[c] = z[c] - (1.0 if y[0] == c else 0.0)
+            h[c] = max(z[c] * z[K + c], prm[0])
+    elif code == MULTI_SQUARED:
+        for c in range(g.shape[0]):
+            g[c] = z[c] - y[c]
+            h[c] = max(1.0, prm[0])
+    else:
+        gg, hh, _, _ = _scalar(code, prm, y[0], z)
+        g[0] = gg
+        h[0] = max(hh, prm[0])
 
 
 @_jit
 def vjp(
-    code: int, prm: NDArray[np.float64], y: float, z: NDArray[np.float64],
+    code: int, prm: NDArray[np.float64], y: NDArray[np.float64], z: NDArray[np.float64],
     beta: NDArray[np.float64], gamma: NDArray[np.float64], out: NDArray[np.float64],
 ) -> None:
     """``out = sum_c beta_c dg_c/dm + gamma_c dh_c/dm`` at point ``z``."""
-    dg, dh = _scalar_d2(code, prm, z)
-    out[0] = beta[0] * dg + gamma[0] * dh
+    K = out.shape[0]
+    if code == SOFTMAX:
+        # dg_c/dm_k = p_c (d_ck - p_k); dh_c/dm_k = factor (1 - 2 p_c) dg_c/dm_k (unfloored)
+        acc = 0.0
+        for c in range(K):
+            a = beta[c]
+            if prm[1] * z[c] * (1.0 - z[c]) >= prm[0]:
+                a += gamma[c] * prm[1] * (1.0 - 2.0 * z[c])
+            out[c] = a * z[c]
+            acc += out[c]
+        for c in range(K):
+            out[c] -= z[c] * acc
+    elif code == ONE_VS_ALL:
+        for c in range(K):
+            v = z[c] * z[K + c]
+            out[c] = beta[c] * v + (gamma[c] * v * (z[K + c] - z[c]) if v >= prm[0] else 0.0)
+    elif code == MULTI_SQUARED:
+        out[:] = beta
+    else:
+        _, hh, dg, dh = _scalar(code, prm, y[0], z)
+        out[0] = beta[0] * dg + (gamma[0] * dh if hh >= prm[0] else 0.0)
 
 
 @_jit
 def jvp(
-    code: int, prm: NDArray[np.float64], y: float, z: NDArray[np.float64],
+    code: int, prm: NDArray[np.float64], y: NDArray[np.float64], z: NDArray[np.float64],
     dm: NDArray[np.float64], dg: NDArray[np.float64], dh: NDArray[np.float64],
 ) -> None:
     """``dg_c = dg_c/dm . dm``, ``dh_c = dh_c/dm . dm`` at point ``z``."""
-    d2g, d2h = _scalar_d2(code, prm, z)
-    dg[0] = d2g * dm[0]
-    dh[0] = d2h * dm[0]
+    K = dg.shape[0]
+    if code == SOFTMAX:
+        mean = 0.0
+        for c in range(K):
+            mean += z[c] * dm[c]
+        for c in range(K):
+            dg[c] = z[c] * (dm[c] - mean)
+            floored = prm[1] * z[c] * (1.0 - z[c]) < prm[0]
+            dh[c] = 0.0 if floored else prm[1] * (1.0 - 2.0 * z[c]) * dg[c]
+    elif code == ONE_VS_ALL:
+        for c in range(K):
+            v = z[c] * z[K + c]
+            dg[c] = v * dm[c]
+            dh[c] = v * (z[K + c] - z[c]) * dm[c] if v >= prm[0] else 0.0
+    elif code == MULTI_SQUARED:
+        dg[:] = dm
+        dh[:] = 0.0
+    else:
+        _, hh, d2g, d2h = _scalar(code, prm, y[0], z)
+        dg[0] = d2g * dm[0]
+        dh[0] = d2h * dm[0] if hh >= prm[0] else 0.0
 
 
 @_jit
@@ -202,23 +461,62 @@ def weighted(code: int, g: float, h: float, w: float, f32: bool) -> tuple[float,
     """One row's ``(w g, w h)`` as the booster sums them per leaf.
 
     With ``f32`` both are rounded to float32 the way LightGBM computes them (``score_t = float``):
-    ``f32(w g)``, ``f32(w h)`` for log loss, ``f32(f32(g) w)``, ``f32(w h)`` for squared error.
+    ``f32(f32(g) w)``, ``w h`` for squared error, ``f32(w g)``, ``f32(w h)`` for every other loss.
     """
     if not f32:
         return w * g, w * h
-    if code == LOGLOSS:
-        return np.float64(np.float32(w * g)), np.float64(np.float32(w * h))
-    return np.float64(np.float32(np.float64(np.float32(g)) * w)), np.float64(np.float32(w * h))
+    if code == SQUARED_ERROR:
+        return np.float64(np.float32(np.float64(np.float32(g)) * w)), np.float64(np.float32(w * h))
+    return np.float64(np.float32(w * g)), np.float64(np.float32(w * h))
 
 
 @_jit
-def value(code: int, prm: NDArray[np.float64], y: float, m: NDArray[np.float64]) -> float:
-    """The loss of margins ``m`` for label ``y``, computed without overflow."""
+def value(  # noqa: C901 -- one branch per loss, in the order of the module table
+    code: int, prm: NDArray[np.float64], y: NDArray[np.float64], m: NDArray[np.float64]
+) -> float:
+    """The loss of margins ``m`` for labels ``y``, computed without overflow."""
     if code == LOGLOSS:
-        x = m[0]
-        return max(x, 0.0) + math.log1p(math.exp(-abs(x))) - y * x
-    d = m[0] - y
-    return 0.5 * d * d
+        x = prm[1] * m[0]
+        return max(x, 0.0) + math.log1p(math.exp(-abs(x))) - y[0] * x
+    if code == SOFTMAX:
+        top = m.max()
+        total = 0.0
+        for c in range(m.shape[0]):
+            total += math.exp(m[c] - top)
+        return top + math.log(total) - m[int(y[0])]
+    if code == ONE_VS_ALL:
+        acc = 0.0
+        for c in range(m.shape[0]):
+            x = m[c]
+            acc += max(x, 0.0) + math.log1p(math.exp(-abs(x))) - (x if y[0] == c else 0.0)
+        return acc
+    if code == MULTI_SQUARED:
+        acc = 0.0
+        for c in range(m.shape[0]):
+            acc += 0.5 * (m[c] - y[c]) ** 2
+        return acc
+    x, t = m[0], y[0]
+    if code == POISSON:
+        return math.exp(x) - t * x - (t - t * math.log(t) if t > 0.0 else 0.0)
+    if code == GAMMA:
+        return t * math.exp(-x) + x - 1.0 - math.log(t)
+    if code == TWEEDIE:
+        rho = prm[1]
+        return (t ** (2.0 - rho) / ((1.0 - rho) * (2.0 - rho)) - t * math.exp((1.0 - rho) * x) / (1.0 - rho)
+                + math.exp((2.0 - rho) * x) / (2.0 - rho))
+    r = x - t
+    if code == HUBER:
+        delta = prm[1]
+        return 0.5 * r * r if abs(r) <= delta else delta * (abs(r) - 0.5 * delta)
+    if code == PSEUDO_HUBER:
+        delta = prm[1]
+        return delta * delta * (math.sqrt(1.0 + (r / delta) ** 2) - 1.0)
+    if code == FAIR:
+        c = prm[1]
+        return c * c * (abs(r) / c - math.log1p(abs(r) / c))
+    if code == QUANTILE:
+        return prm[2] * ((1.0 - prm[1]) * r if r >= 0.0 else -prm[1] * r)
+    return 0.5 * r * r
 
 
 @_jit

@@ -1,35 +1,112 @@
 """Plain reference implementations and random ensembles for the engine tests.
 
 Everything here is written the slow, obvious way (a Python loop over rounds, trees and steps,
-numpy per step), independently of the engine's compiled kernels, so the tests compare two
-implementations. "Retraining" here means recomputing every leaf value of the fixed structure on
-changed data: rows deleted (``present``) or reweighted (``v``), with the class factors, the row
-count, the base margin and the backtracking decisions following the data.
+numpy per step, the losses' formulas written out again), independently of the engine's compiled
+kernels and of ``influence_gbdt.losses``, so the tests compare two implementations. "Retraining"
+here means recomputing every leaf value of the fixed structure on changed data: rows deleted
+(``present``) or reweighted (``v``), with the class factors, the row count, the base margin and
+the backtracking decisions following the data.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from influence_gbdt.ensemble import TreeEnsemble
+from influence_gbdt.losses import Loss
 
 FactorRule = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+CLASSES = ("softmax", "one_vs_all")
 
 
-def _derivs(loss: str, y: np.ndarray, m: np.ndarray, floor: float) -> tuple[np.ndarray, np.ndarray]:
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def derivs(loss: str, prm: dict, y: np.ndarray, m: np.ndarray, floor: float) -> tuple[np.ndarray, np.ndarray]:
+    """The booster's gradient and hessian, shape (n, K), for margins ``m`` (n, K) and labels
+    ``y`` (n,) or (n, K)."""
+    y1 = y if y.ndim == 1 else None
     if loss == "logloss":
-        p = 1.0 / (1.0 + np.exp(-m))
-        return p - y, np.maximum(p * (1.0 - p), floor)
-    return m - y, np.ones_like(m)
+        s = prm.get("sigma", 1.0)
+        p = _sigmoid(s * m[:, 0])
+        return (s * (p - y1))[:, None], np.maximum(s * s * p * (1 - p), floor)[:, None]
+    if loss == "softmax":
+        e = np.exp(m - m.max(axis=1, keepdims=True))
+        p = e / e.sum(axis=1, keepdims=True)
+        onehot = y1[:, None] == np.arange(m.shape[1])[None, :]
+        return p - onehot, np.maximum(prm.get("factor", 1.0) * p * (1 - p), floor)
+    if loss == "one_vs_all":
+        p = _sigmoid(m)
+        onehot = y1[:, None] == np.arange(m.shape[1])[None, :]
+        return p - onehot, np.maximum(p * (1 - p), floor)
+    if loss == "multi_squared":
+        return m - y, np.ones_like(m)
+    x = m[:, 0]
+    if loss == "poisson":
+        g, h = np.exp(x) - y1, np.exp(x + prm.get("hessian_log_shift", 0.0))
+    elif loss == "gamma":
+        g, h = 1 - y1 * np.exp(-x), y1 * np.exp(-x)
+    elif loss == "tweedie":
+        rho = prm["power"]
+        a, b = y1 * np.exp((1 - rho) * x), np.exp((2 - rho) * x)
+        g, h = b - a, (2 - rho) * b - (1 - rho) * a
+    elif loss == "huber":
+        r, d = x - y1, prm["delta"]
+        inside = np.abs(r) <= d
+        g, h = np.where(inside, r, d * np.sign(r)), np.where(inside, 1.0, prm.get("outside_hessian", 1.0))
+    elif loss == "pseudo_huber":
+        r, d = x - y1, prm["delta"]
+        q = 1 + (r / d) ** 2
+        g, h = r / np.sqrt(q), q ** -1.5
+    elif loss == "fair":
+        r, c = x - y1, prm["c"]
+        g, h = c * r / (np.abs(r) + c), c * c / (np.abs(r) + c) ** 2
+    else:  # squared_error
+        g, h = x - y1, np.ones_like(x)
+    return g[:, None], np.maximum(h, floor)[:, None]
 
 
-def loss_values(loss: str, y: np.ndarray, m: np.ndarray) -> np.ndarray:
+def loss_values(loss: str, y: np.ndarray, m: np.ndarray, prm: dict | None = None) -> np.ndarray:
+    """Per-row loss, shape (n,), for margins ``m`` (n,) or (n, K)."""
+    prm = prm or {}
+    m = m[:, None] if m.ndim == 1 else m
+    y1 = y if y.ndim == 1 else None
     if loss == "logloss":
-        return np.logaddexp(0.0, m) - y * m
-    return 0.5 * (m - y) ** 2
+        s = prm.get("sigma", 1.0)
+        return np.logaddexp(0.0, s * m[:, 0]) - y1 * s * m[:, 0]
+    if loss == "softmax":
+        top = m.max(axis=1)
+        return top + np.log(np.exp(m - top[:, None]).sum(axis=1)) - m[np.arange(m.shape[0]), y1.astype(int)]
+    if loss == "one_vs_all":
+        onehot = y1[:, None] == np.arange(m.shape[1])[None, :]
+        return (np.logaddexp(0.0, m) - onehot * m).sum(axis=1)
+    if loss == "multi_squared":
+        return 0.5 * ((m - y) ** 2).sum(axis=1)
+    x = m[:, 0]
+    if loss == "poisson":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.exp(x) - y1 * x - np.where(y1 > 0, y1 - y1 * np.log(y1), 0.0)
+    if loss == "gamma":
+        return y1 * np.exp(-x) + x - 1 - np.log(y1)
+    if loss == "tweedie":
+        rho = prm["power"]
+        return (y1 ** (2 - rho) / ((1 - rho) * (2 - rho)) - y1 * np.exp((1 - rho) * x) / (1 - rho)
+                + np.exp((2 - rho) * x) / (2 - rho))
+    r = x - y1
+    if loss == "huber":
+        d = prm["delta"]
+        return np.where(np.abs(r) <= d, 0.5 * r * r, d * (np.abs(r) - 0.5 * d))
+    if loss == "pseudo_huber":
+        d = prm["delta"]
+        return d * d * (np.sqrt(1 + (r / d) ** 2) - 1)
+    if loss == "fair":
+        c = prm["c"]
+        return c * c * (np.abs(r) / c - np.log1p(np.abs(r) / c))
+    return 0.5 * r * r
 
 
 def balanced_counts(v: np.ndarray, groups: np.ndarray, present: np.ndarray) -> np.ndarray:
@@ -51,14 +128,14 @@ class Spec:
     leaf: np.ndarray  # (T, n)
     n_leaves: np.ndarray  # (T,)
     test_leaf: np.ndarray  # (T, m)
-    y: np.ndarray
+    y: np.ndarray  # (n,) or (n, K)
     y_test: np.ndarray
     v: np.ndarray  # user weights
     groups: np.ndarray  # (n,) weight group
     dataset_rule: FactorRule | None  # (v, groups, present) -> dataset factor per group; None = 1
     objective_rule: FactorRule | None  # the objective factor (not in the base estimate); None = 1
-    offset: np.ndarray
-    offset_test: np.ndarray
+    offset: np.ndarray  # (n, K)
+    offset_test: np.ndarray  # (m, K)
     loss: str
     newton: np.ndarray
     lr: np.ndarray
@@ -68,12 +145,15 @@ class Spec:
     mds: float
     scales: np.ndarray  # (T, S) accepted scales (ignored where backtracking decides)
     rounds: np.ndarray  # (T,)
+    outputs: np.ndarray  # (T,) output of each tree
     backtrack: bool
     n_iter: int
     floor: float
-    base: float
+    base: np.ndarray  # (K,)
     base_refit: bool
     base_newton: bool = False  # the refit base is one Newton step from 0 instead of the mean link
+    params: dict = field(default_factory=dict)
+    K: int = 1
 
     # -- the model on changed data ---------------------------------------------------------------
     def factors(self, v: np.ndarray, present: np.ndarray, rule: FactorRule | None) -> np.ndarray:
@@ -81,27 +161,37 @@ class Spec:
             return np.ones(self.groups.max() + 1)
         return rule(v, self.groups, present)
 
-    def base_for(self, v: np.ndarray, present: np.ndarray) -> float:
+    def base_for(self, v: np.ndarray, present: np.ndarray) -> np.ndarray:
         if not self.base_refit:
             return self.base
         u = v * present * self.factors(v, present, self.dataset_rule)[self.groups]
         if self.base_newton:
-            g, h = _derivs(self.loss, self.y, np.zeros(self.y.size), self.floor)
-            return float(-np.sum(u * g) / np.sum(u * h))
-        mean = np.sum(u * self.y) / np.sum(u)
-        return float(np.log(mean / (1 - mean))) if self.loss == "logloss" else float(mean)
+            g, h = derivs(self.loss, self.params, self.y, np.zeros((self.y.shape[0], self.K)), self.floor)
+            return -np.sum(u[:, None] * g, axis=0) / np.sum(u[:, None] * h, axis=0)
+        if self.loss in CLASSES:
+            onehot = self.y[:, None] == np.arange(self.K)[None, :]
+            share = np.sum(u[:, None] * onehot, axis=0) / u.sum()
+            if self.loss == "softmax":
+                return np.log(share)
+            return np.log(share / (1 - share))
+        mean = np.sum(u[:, None] * (self.y if self.y.ndim == 2 else self.y[:, None]), axis=0) / u.sum()
+        if self.loss == "logloss":
+            return np.log(mean / (1 - mean)) / self.params.get("sigma", 1.0)
+        if self.loss in ("poisson", "gamma", "tweedie"):
+            return np.log(mean)
+        return mean
 
     def train(
         self, v: np.ndarray, present: np.ndarray | None = None
-    ) -> tuple[list[np.ndarray], list[list[float]], float]:
+    ) -> tuple[list[np.ndarray], list[list[float]], np.ndarray]:
         """Leaf values of every tree, the accepted step scales, and the base margin, with user
         weights ``v`` on the rows ``present``."""
-        present = np.ones(self.y.size, bool) if present is None else present
+        present = np.ones(self.y.shape[0], bool) if present is None else present
         w = (v * present * self.factors(v, present, self.dataset_rule)[self.groups]
              * self.factors(v, present, self.objective_rule)[self.groups])
         mean_w = w.sum() / present.sum()
         base = self.base_for(v, present)
-        A = self.offset + base
+        A = self.offset + base[None, :]
         values: list[np.ndarray] = []
         accepted_all: list[list[float]] = []
         for r in np.unique(self.rounds):
@@ -112,18 +202,24 @@ class Spec:
                 new.append(f)
                 accepted_all.append(acc)
             for t, f in zip(trees, new, strict=True):
-                A = A + f[self.leaf[t]]
+                A = A.copy()
+                A[:, self.outputs[t]] += f[self.leaf[t]]
                 values.append(f)
         return values, accepted_all, base
 
+    def _moved(self, t: int, A: np.ndarray, u: np.ndarray) -> np.ndarray:
+        M = A.copy()
+        M[:, self.outputs[t]] += u[self.leaf[t]]
+        return M
+
     def _steps(self, t: int, A: np.ndarray, w: np.ndarray, mean_w: float, u: np.ndarray) -> np.ndarray:
-        L, lf = self.n_leaves[t], self.leaf[t]
-        g, h = _derivs(self.loss, self.y, A + u[lf], self.floor)
-        G = np.bincount(lf, w * g, L)
-        H = np.bincount(lf, w * h if self.newton[t] else w, L)
-        lam = self.l2[t] + self.l2m * mean_w
+        L, lf, c = self.n_leaves[t], self.leaf[t], self.outputs[t]
+        g, h = derivs(self.loss, self.params, self.y, self._moved(t, A, u), self.floor)
+        G = np.bincount(lf, w * g[:, c], L)
+        H = np.bincount(lf, w * h[:, c] if self.newton[t] else w, L)
+        D = H + self.l2[t] + self.l2m * mean_w
         Gt = np.sign(G) * np.maximum(np.abs(G) - self.l1, 0.0)
-        raw = np.where(H > 0, -Gt / np.where(H > 0, H + lam, 1.0), 0.0)
+        raw = np.where(D > 0, -Gt / np.where(D > 0, D, 1.0), 0.0)
         return np.clip(raw, -self.mds, self.mds) if self.mds > 0 else raw
 
     def _tree(self, t: int, A: np.ndarray, w: np.ndarray, mean_w: float) -> tuple[np.ndarray, list[float]]:
@@ -132,9 +228,10 @@ class Spec:
             for s in range(self.scales.shape[1]):
                 u = u + self.scales[t, s] * self._steps(t, A, w, mean_w, u)
             return self.lr[t] * u, list(self.scales[t])
+
         # AnyImprovement: try the step, accept it if the weighted training loss falls, else halve.
         def total(uu: np.ndarray) -> float:
-            return float(np.sum(w * loss_values(self.loss, self.y, A + uu[self.leaf[t]])))
+            return float(np.sum(w * loss_values(self.loss, self.y, self._moved(t, A, uu), self.params)))
 
         scale, accepted = 1.0, []
         d = self._steps(t, A, w, mean_w, u)
@@ -153,18 +250,19 @@ class Spec:
         return self.lr[t] * u, accepted
 
     def test_margin(self, v: np.ndarray, present: np.ndarray | None = None) -> np.ndarray:
+        """Test margins, shape (m,) for one output, else (m, K)."""
         values, _, base = self.train(v, present)
-        F = self.offset_test + base
+        F = self.offset_test + base[None, :]
         for t, f in enumerate(values):
-            F = F + f[self.test_leaf[t]]
-        return F
+            F[:, self.outputs[t]] += f[self.test_leaf[t]]
+        return F[:, 0] if self.K == 1 else F
 
     def test_loss(self, v: np.ndarray, present: np.ndarray | None = None) -> np.ndarray:
-        return loss_values(self.loss, self.y_test, self.test_margin(v, present))
+        return loss_values(self.loss, self.y_test, self.test_margin(v, present), self.params)
 
     # -- the engine's description ----------------------------------------------------------------
     def ensemble(self) -> TreeEnsemble:
-        n = self.y.size
+        n = self.y.shape[0]
         present = np.ones(n, bool)
         values, accepted, _ = self.train(self.v)
         n_steps = np.array([max(len(a), 1) for a in accepted])
@@ -194,7 +292,8 @@ class Spec:
             leaf_index=self.leaf,
             leaf_values=values,
             y=self.y,
-            loss=self.loss,
+            loss=Loss(self.loss, hessian_floor=self.floor, n_outputs=self.K, params=self.params),
+            tree_output=self.outputs,
             tree_round=self.rounds,
             learning_rate=self.lr,
             newton=self.newton,
@@ -206,7 +305,6 @@ class Spec:
             n_steps=n_steps if self.backtrack else None,
             backtracking=self.backtrack,
             n_iterations=self.n_iter if self.backtrack else None,
-            hessian_floor=self.floor,
             base_margin=self.base,
             base_rule=("newton_step" if self.base_newton else "mean") if self.base_refit else "fixed",
             init_offset=self.offset,
@@ -214,6 +312,20 @@ class Spec:
             weight_group=self.groups,
             **fields,
         )
+
+
+def _labels(loss: str, K: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    if loss in CLASSES:
+        return rng.integers(0, K, n).astype(float)
+    if loss == "logloss":
+        return (rng.random(n) < 0.4).astype(float)
+    if loss == "multi_squared":
+        return rng.normal(size=(n, K)) * 2
+    if loss in ("poisson", "tweedie"):
+        return rng.poisson(1.5, n).astype(float)
+    if loss == "gamma":
+        return rng.gamma(2.0, 1.0, n) + 0.05
+    return rng.normal(size=n) * 2
 
 
 def random_spec(
@@ -237,20 +349,29 @@ def random_spec(
     objective_rule: FactorRule | None = None,
     offset_scale: float = 0.2,
     base_newton: bool = False,
+    params: dict | None = None,
+    K: int = 1,
+    floor: float = 0.0,
 ) -> Spec:
+    """A random structure with random labels, weights and offsets; multi-output losses get one
+    tree per output per round (``K`` outputs)."""
     rng = np.random.default_rng(seed)
+    if K > 1:
+        trees_per_round = K
+        n_trees = max(n_trees, K) // K * K
     n_leaves = rng.integers(2, max_leaves + 1, n_trees)
     leaf = np.stack([rng.integers(0, L, n) for L in n_leaves])
     test_leaf = np.stack([rng.integers(0, L, m) for L in n_leaves])
-    if loss == "logloss":
-        y, y_test = (rng.random(n) < 0.4).astype(float), (rng.random(m) < 0.4).astype(float)
-    else:
-        y, y_test = rng.normal(size=n) * 2, rng.normal(size=m) * 2
+    y, y_test = _labels(loss, K, n, rng), _labels(loss, K, m, rng)
     v = rng.uniform(0.3, 2.5, n) if weighted else np.ones(n)
     scales = np.ones((n_trees, n_steps))
     if n_steps > 1 and not backtrack:
         scales[:, 1::2] = 0.5  # backtracking-like accepted half steps
-    groups = (y > np.median(y)).astype(np.int64) if loss != "logloss" else y.astype(np.int64)
+    if loss in ("logloss", *CLASSES):
+        groups = y.astype(np.int64)
+    else:
+        first = y if y.ndim == 1 else y[:, 0]
+        groups = (first > np.median(first)).astype(np.int64)
     spec = Spec(
         leaf=leaf,
         n_leaves=n_leaves,
@@ -261,8 +382,8 @@ def random_spec(
         groups=groups,
         dataset_rule=dataset_rule,
         objective_rule=objective_rule,
-        offset=rng.normal(size=n) * offset_scale,
-        offset_test=rng.normal(size=m) * 0.2,
+        offset=rng.normal(size=(n, K)) * offset_scale,
+        offset_test=rng.normal(size=(m, K)) * offset_scale,
         loss=loss,
         newton=np.full(n_trees, newton),
         lr=rng.uniform(0.2, 0.6, n_trees),
@@ -272,12 +393,15 @@ def random_spec(
         mds=mds,
         scales=scales,
         rounds=np.arange(n_trees) // trees_per_round,
+        outputs=np.arange(n_trees) % K,
         backtrack=backtrack,
         n_iter=n_steps,
-        floor=0.0,
-        base=0.3,
+        floor=floor,
+        base=np.full(K, 0.3),
         base_refit=base_refit,
         base_newton=base_newton,
+        params=dict(params or {}),
+        K=K,
     )
     if base_refit:
         spec.base = spec.base_for(v, np.ones(n, bool))

@@ -49,8 +49,26 @@ CONFIGS = {
     "logloss-newton-step-base": dict(dataset_rule=balanced_weights, base_refit=True, base_newton=True,
                                      weighted=True),
     "squared-newton-step-base": dict(loss="squared_error", base_refit=True, base_newton=True, weighted=True),
+    # The objectives of issue 14 (parameters as each booster sets them).
+    "poisson-xgboost": dict(loss="poisson", params={"hessian_log_shift": 0.7}, mds=0.7, base_refit=True,
+                            weighted=True),
+    "poisson-3steps": dict(loss="poisson", n_steps=3, l2m=1.0, weighted=True),
+    "gamma": dict(loss="gamma", base_refit=True, weighted=True),
+    "tweedie": dict(loss="tweedie", params={"power": 1.3}, base_refit=True, l1=0.1),
+    "huber-lightgbm": dict(loss="huber", params={"delta": 0.9}, base_refit=True, weighted=True),
+    "huber-catboost": dict(loss="huber", params={"delta": 0.9, "outside_hessian": 0.0}, l2=0.0, l2m=1.0),
+    "pseudo-huber": dict(loss="pseudo_huber", params={"delta": 1.2}, base_refit=True, base_newton=True),
+    "fair": dict(loss="fair", params={"c": 0.8}, base_refit=True, weighted=True),
+    "logloss-sigma": dict(params={"sigma": 1.7}, base_refit=True, weighted=True),
+    # Multi-output models of issue 13: one tree per output per round, fitted at the same margins.
+    "softmax-3-classes": dict(loss="softmax", K=3, n_trees=9, params={"factor": 1.5}, base_refit=True,
+                              weighted=True, dataset_rule=balanced_counts),
+    "softmax-4-floored": dict(loss="softmax", K=4, n_trees=8, params={"factor": 2.0}, floor=1e-16, l1=0.05),
+    "one-vs-all": dict(loss="one_vs_all", K=3, n_trees=6, base_refit=True, weighted=True),
+    "multi-target": dict(loss="multi_squared", K=2, n_trees=6, base_refit=True, weighted=True, mds=0.5),
 }
 ROWS = np.arange(0, 60, 5)
+K1 = [name for name, config in CONFIGS.items() if config.get("K", 1) == 1]
 
 
 def _rel(a: np.ndarray, b: np.ndarray) -> float:
@@ -64,7 +82,7 @@ def _setup(name: str, seed: int = 3) -> tuple[Spec, InfluenceEngine, TestPoints]
 
 
 def _deleted(spec: Spec, i: int) -> np.ndarray:
-    present = np.ones(spec.y.size, bool)
+    present = np.ones(spec.y.shape[0], bool)
     present[i] = False
     return present
 
@@ -91,13 +109,23 @@ def test_replay_reproduces_stored_leaf_values_and_margins(name: str) -> None:
     np.testing.assert_allclose(engine.predict_margin(test), spec.test_margin(spec.v), rtol=1e-12)
 
 
+def _outputs(spec: Spec) -> list[dict]:
+    """Keyword sets scoring each output's prediction (none needed for one output)."""
+    return [{}] if spec.K == 1 else [{"output": c} for c in range(spec.K)]
+
+
+def _column(margin: np.ndarray, output: dict) -> np.ndarray:
+    return margin if not output else margin[..., output["output"]]
+
+
 @pytest.mark.parametrize("name", CONFIGS)
 def test_leaf_refit_equals_retraining_without_the_row(name: str) -> None:
     spec, engine, test = _setup(name)
     expected = np.array([spec.test_loss(spec.v) - spec.test_loss(spec.v, _deleted(spec, i)) for i in ROWS])
     assert _rel(engine.leaf_refit(test, rows=ROWS), expected) < 1e-9
     margin = np.array([spec.test_margin(spec.v) - spec.test_margin(spec.v, _deleted(spec, i)) for i in ROWS])
-    assert _rel(engine.leaf_refit(test, rows=ROWS, on="prediction"), margin) < 1e-9
+    for out in _outputs(spec):
+        assert _rel(engine.leaf_refit(test, rows=ROWS, on="prediction", **out), _column(margin, out)) < 1e-9
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -110,14 +138,15 @@ def test_leaf_influence_equals_finite_differences_of_retraining(name: str) -> No
 
 @pytest.mark.parametrize("name", CONFIGS)
 def test_reverse_mode_equals_forward_mode_and_aggregates(name: str) -> None:
-    _, engine, test = _setup(name)
+    spec, engine, test = _setup(name)
     forward = engine.influence_forward(test)
     reverse = engine.influence_reverse(test, chunk_size=3)
     assert _rel(reverse, forward) < 1e-9
     assert _rel(engine.influence_reverse(test, aggregate="mean"), forward.mean(axis=1)) < 1e-9
     assert _rel(engine.influence_reverse(test, aggregate="sum"), forward.sum(axis=1)) < 1e-9
-    pred_fwd = engine.influence_forward(test, on="prediction")
-    assert _rel(engine.influence_reverse(test, on="prediction"), pred_fwd) < 1e-9
+    for out in _outputs(spec):
+        pred_fwd = engine.influence_forward(test, on="prediction", **out)
+        assert _rel(engine.influence_reverse(test, on="prediction", **out), pred_fwd) < 1e-9
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -138,7 +167,7 @@ def test_backtracking_refit_re_decides_the_accepted_steps() -> None:
         engine = InfluenceEngine(spec.ensemble())
         test = TestPoints(spec.test_leaf, spec.offset_test, spec.y_test)
         _, accepted, _ = spec.train(spec.v)
-        rows = np.array([i for i in range(spec.y.size)
+        rows = np.array([i for i in range(spec.y.shape[0])
                          if spec.train(spec.v, _deleted(spec, i))[1] != accepted])
         if rows.size:
             base = spec.test_loss(spec.v)
@@ -164,8 +193,8 @@ def _paper_forward(spec: Spec, i0: int, update: str, k: int = 0) -> list[np.ndar
     leaf's change; U^t decides whose J enters the leaf sums (the reference code accumulates U^t's
     only; for SinglePoint the two agree)."""
     values, _, base = spec.train(spec.v)
-    w, n = spec.v, spec.y.size
-    A = spec.offset + base
+    w, n = spec.v, spec.y.shape[0]
+    A = spec.offset[:, 0] + base[0]
     J = np.zeros(n)
     out = []
     for t, f_t in enumerate(values):
@@ -216,7 +245,7 @@ def test_single_point_refit_equals_algorithm_3_with_only_the_row_removed(name: s
     """Algorithm 3 with U = {i}: the deleted row leaves its leaf's sums; nothing else moves."""
     spec, engine, test = _setup(name)
     values, _, base = spec.train(spec.v)
-    A = spec.offset + base
+    A = spec.offset[:, 0] + base[0]
     f_test = spec.test_margin(spec.v)
     new_f = np.tile(f_test, (ROWS.size, 1))
     for t, f in enumerate(values):
@@ -232,7 +261,7 @@ def test_single_point_refit_equals_algorithm_3_with_only_the_row_removed(name: s
             new_f[b] += (spec.test_leaf[t] == li) * (refit - f[li])
         A = A + f[lf]
     old = loss_values(spec.loss, spec.y_test, f_test)
-    expected = old[None, :] - loss_values(spec.loss, spec.y_test, new_f)
+    expected = old[None, :] - np.array([loss_values(spec.loss, spec.y_test, f) for f in new_f])
     refit = engine.leaf_refit(test, rows=ROWS, update_set="single_point", refit_base=False)
     assert _rel(refit, expected) < 1e-12
 
@@ -254,7 +283,7 @@ def test_refit_leaf_values_and_derivatives_match_reference() -> None:
     values, base = engine.refit_leaf_values(ROWS[:4])
     for b, i in enumerate(ROWS[:4]):
         expected, _, expected_base = spec.train(spec.v, _deleted(spec, i))
-        assert base[b] == pytest.approx(expected_base, rel=1e-13)
+        assert base[b] == pytest.approx(expected_base[0], rel=1e-13)
         np.testing.assert_allclose(values[b], np.concatenate(expected), atol=1e-13)
     d_values, _d_base = engine.leaf_value_derivatives(ROWS[:2])
     h = 1e-3
@@ -359,14 +388,14 @@ def test_bad_inputs_are_refused() -> None:
         engine.leaf_refit(test, aggregate="median")  # type: ignore[arg-type]
     fields = _fields(spec.ensemble())
     with pytest.raises(InputError, match="must lie in"):
-        TreeEnsemble.build(**{**fields, "y": np.full(spec.y.size, 2.0)})
+        TreeEnsemble.build(**{**fields, "y": np.full(spec.y.shape[0], 2.0)})
     with pytest.raises(InputError, match="outside"):
         TreeEnsemble.build(**{**fields, "leaf_index": spec.leaf + 10})
     with pytest.raises(InputError, match="NaN"):
-        TreeEnsemble.build(**{**fields, "user_weight": np.full(spec.y.size, np.nan)})
+        TreeEnsemble.build(**{**fields, "user_weight": np.full(spec.y.shape[0], np.nan)})
     with pytest.raises(InputError, match="alone in its round"):
         TreeEnsemble.build(**{**fields, "tree_round": np.zeros(spec.leaf.shape[0], int),
                               "step_scales": np.ones((spec.leaf.shape[0], 2)), "n_steps": 2})
-    boolean = np.zeros(spec.y.size, dtype=bool)
+    boolean = np.zeros(spec.y.shape[0], dtype=bool)
     boolean[[2, 7]] = True
     np.testing.assert_array_equal(engine.leaf_refit(test, rows=boolean), engine.leaf_refit(test, rows=[2, 7]))

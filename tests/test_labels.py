@@ -135,7 +135,7 @@ def test_classifiers_take_the_labels_they_were_trained_on(
     np.testing.assert_allclose(f_test, adapter.raw_predict(_XT), rtol=0, atol=atol)
     np.testing.assert_allclose(1 / (1 + np.exp(-f_test)), model.predict_proba(_XT)[:, 1], atol=1e-6)
     # Class 1 of the loss is the class of predict_proba[:, 1], on training and test labels.
-    np.testing.assert_array_equal(engine.ensemble.y, positive(model, y))
+    np.testing.assert_array_equal(engine.ensemble.y[:, 0], positive(model, y))
     np.testing.assert_array_equal(adapter.encode_labels(y_test), positive(model, y_test))
     scores = ex.score_training_points(_XT, y_test)
     direct = engine.leaf_influence(

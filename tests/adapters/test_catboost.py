@@ -189,8 +189,8 @@ def test_refit_and_influence_match_numpy_loop(data, loss, kw, weights):
         # A retrain re-estimates the bias exactly (CatBoost then rounds it to float32; not modelled).
         w_eff = f32(v * factor) + bump
         if bias is None:
-            bias = const_bias(loss, ens.y, w_eff) if refit_bias else stored_bias
-        return numpy_refit(model, X, ens.y, w_eff, Xt, scales, bias, n_rows)
+            bias = const_bias(loss, ens.y[:, 0], w_eff) if refit_bias else stored_bias
+        return numpy_refit(model, X, ens.y[:, 0], w_eff, Xt, scales, bias, n_rows)
 
     base = margins(user, stored_bias)
     np.testing.assert_allclose(base, adapter.raw_predict(Xt), rtol=0, atol=1e-12)

@@ -1,0 +1,159 @@
+"""Every loss against finite differences of its own value (independent ground truth).
+
+For random labels in the loss's domain and random margins: the gradient equals the derivative of
+the loss value; ``jvp`` equals the directional derivative of the gradient and of the booster's
+hessian; ``vjp`` is the adjoint of ``jvp``; the hessian equals the second derivative where the
+booster uses the true one; and the mean link minimises the weighted loss (boost_from_average).
+Central differences with step 1e-5 on O(1) quantities carry truncation O(1e-10) and rounding
+O(1e-16 / 1e-5 = 1e-11), so 1e-6 relative leaves a wide margin while catching any wrong formula
+(which is off by O(1)).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from influence_gbdt import losses as L
+from influence_gbdt.errors import InputError
+
+# (name, params, K, exact hessian?)
+CASES = [
+    ("logloss", {}, 1, True),
+    ("logloss", {"sigma": 1.7}, 1, True),
+    ("squared_error", {}, 1, True),
+    ("poisson", {}, 1, True),
+    ("poisson", {"hessian_log_shift": 0.7}, 1, False),
+    ("gamma", {}, 1, True),
+    ("tweedie", {"power": 1.3}, 1, True),
+    ("huber", {"delta": 0.8}, 1, False),  # LightGBM: hessian 1 also outside delta
+    ("huber", {"delta": 0.8, "outside_hessian": 0.0}, 1, True),
+    ("pseudo_huber", {"delta": 1.5}, 1, True),
+    ("fair", {"c": 0.7}, 1, True),
+    ("quantile", {"alpha": 0.3, "scale": 2.0}, 1, False),
+    ("softmax", {}, 4, False),  # the booster hessian is the diagonal only
+    ("softmax", {"factor": 2.0}, 3, False),
+    ("one_vs_all", {}, 3, True),
+    ("multi_squared", {}, 3, True),
+]
+IDS = [f"{n}-{'-'.join(f'{k}{v}' for k, v in p.items())}-K{k}" for n, p, k, _ in CASES]
+
+
+def _labels(name: str, K: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    if name in ("softmax", "one_vs_all"):
+        return rng.integers(0, K, n).astype(float)
+    if name == "logloss":
+        return rng.random(n)  # probabilities (cross-entropy) include 0/1 classes
+    if name in ("poisson", "tweedie"):
+        return rng.poisson(2.0, n).astype(float)
+    if name == "gamma":
+        return rng.gamma(2.0, 1.0, n) + 0.05
+    if name == "multi_squared":
+        return rng.normal(size=(n, K))
+    return rng.normal(size=n) * 2
+
+
+def _loss(name: str, params: dict, K: int) -> L.Loss:
+    return L.Loss(name, n_outputs=K, params=params)
+
+
+def _away_from_kinks(name: str, params: dict, y: np.ndarray, m: np.ndarray, h: float) -> np.ndarray:
+    """Rows whose residual is not within 3h of a kink (Huber's delta, the quantile's 0)."""
+    if name == "huber":
+        return np.abs(np.abs(m[:, 0] - y) - params["delta"]) > 3 * h
+    if name == "quantile":
+        return np.abs(m[:, 0] - y) > 3 * h
+    return np.ones(m.shape[0], bool)
+
+
+@pytest.mark.parametrize(("name", "params", "K", "exact_hessian"), CASES, ids=IDS)
+def test_derivatives_against_finite_differences(name: str, params: dict, K: int, exact_hessian: bool) -> None:
+    rng = np.random.default_rng(0)
+    n, h = 64, 1e-5
+    loss = _loss(name, params, K)
+    y = _labels(name, K, n, rng)
+    m = rng.normal(size=(n, K)) * 1.5
+    keep = _away_from_kinks(name, params, np.asarray(y)[:, 0] if np.ndim(y) == 2 else y, m, h)
+    g, hess = loss.grad_hess(y, m)
+    fd_g = np.empty_like(m)
+    for c in range(K):
+        e = np.zeros(K)
+        e[c] = h
+        fd_g[:, c] = (loss.values(y, m + e) - loss.values(y, m - e)) / (2 * h)
+    np.testing.assert_allclose(g[keep], fd_g[keep], rtol=1e-6, atol=1e-8)
+
+    # jvp against directional derivatives of g and h; vjp as its adjoint.
+    dm = rng.normal(size=(n, K))
+    g_up, h_up = loss.grad_hess(y, m + h * dm)
+    g_dn, h_dn = loss.grad_hess(y, m - h * dm)
+    fd_dg, fd_dh = (g_up - g_dn) / (2 * h), (h_up - h_dn) / (2 * h)
+    prm, size = loss.prm, loss.state_size
+    labels = loss.as_labels(y)
+    z = np.empty(size)
+    dg, dh, out = np.empty(K), np.empty(K), np.empty(K)
+    beta, gamma = rng.normal(size=K), rng.normal(size=K)
+    for j in np.flatnonzero(keep):
+        L.point(loss.code, prm, m[j], z)
+        L.jvp(loss.code, prm, labels[j], z, dm[j], dg, dh)
+        np.testing.assert_allclose(dg, fd_dg[j], rtol=1e-6, atol=1e-8)
+        np.testing.assert_allclose(dh, fd_dh[j], rtol=1e-6, atol=1e-8)
+        L.vjp(loss.code, prm, labels[j], z, beta, gamma, out)
+        assert np.dot(out, dm[j]) == pytest.approx(np.dot(beta, dg) + np.dot(gamma, dh), rel=1e-10, abs=1e-12)
+        if exact_hessian:
+            unit = np.zeros(K)
+            for c in range(K):
+                unit[:] = 0.0
+                unit[c] = 1.0
+                L.jvp(loss.code, prm, labels[j], z, unit, dg, dh)
+                assert hess[j, c] == pytest.approx(dg[c], rel=1e-12, abs=1e-15)
+
+
+@pytest.mark.parametrize(("name", "params", "K", "exact_hessian"),
+                         [c for c in CASES if c[0] not in ("huber", "pseudo_huber", "fair", "quantile")],
+                         ids=[i for i, c in zip(IDS, CASES, strict=True)
+                              if c[0] not in ("huber", "pseudo_huber", "fair", "quantile")])
+def test_mean_link_minimises_the_weighted_loss(name: str, params: dict, K: int, exact_hessian: bool) -> None:
+    """boost_from_average: the mean link of the weighted label mean is where the weighted loss is
+    flat (its gradient sums to 0; for the softmax, up to the shared shift of all classes)."""
+    rng = np.random.default_rng(1)
+    n = 200
+    loss = _loss(name, params, K)
+    y = _labels(name, K, n, rng)
+    labels = loss.as_labels(y)
+    w = rng.uniform(0.2, 3.0, n)
+    if name in ("softmax", "one_vs_all"):
+        mean = np.array([[np.sum(w * (labels[:, 0] == c)) / w.sum() for c in range(K)]])
+    else:
+        mean = (np.sum(w[:, None] * labels, axis=0) / w.sum())[None, :]
+    base = loss.mean_link(mean if K > 1 else mean[:, 0]).reshape(1, K)
+    g = loss.gradients(y, np.broadcast_to(base, (n, K)))
+    assert np.abs((w[:, None] * g).sum(axis=0)).max() < 1e-10 * w.sum()
+
+
+def test_domains_and_parameters_are_checked() -> None:
+    with pytest.raises(InputError, match=r"\[0, 1\]"):
+        L.Loss("logloss").values([1.5], [0.0])
+    with pytest.raises(InputError, match=r"\(0, inf\)"):
+        L.Loss("gamma").values([0.0], [0.0])
+    with pytest.raises(InputError, match=r"class indices 0 \.\. 2"):
+        L.Loss("softmax", n_outputs=3).values([3.0], [[0.0, 0.0, 0.0]])
+    with pytest.raises(InputError, match="power must be in"):
+        L.Loss("tweedie", params={"power": 1.0})
+    with pytest.raises(InputError, match="no parameters"):
+        L.Loss("huber", params={"alpha": 0.9})
+    with pytest.raises(InputError, match="n_outputs >= 2"):
+        L.Loss("softmax")
+
+
+@settings(max_examples=60, deadline=None)
+@given(x=st.floats(-40, 40), label=st.floats(0, 1))
+def test_log_loss_is_stable_at_extreme_margins(x: float, label: float) -> None:
+    """The point keeps p and 1 - p without cancellation: h = p (1 - p) keeps full relative precision."""
+    loss = L.Loss("logloss")
+    g, h = loss.grad_hess([label], [x])
+    p = 1.0 / (1.0 + np.exp(-x))
+    exact_h = np.exp(-abs(x)) / (1.0 + np.exp(-abs(x))) ** 2
+    assert h[0, 0] == pytest.approx(exact_h, rel=1e-13)
+    assert g[0, 0] == pytest.approx(p - label, rel=1e-12, abs=1e-300)
