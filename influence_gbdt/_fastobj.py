@@ -1,0 +1,530 @@
+"""CatBoost's backtracking objective for the exp-approx losses, bit for bit (numba). Private.
+
+CatBoost (CPU, x86-64 with AVX2) decides each AnyImprovement backtracking try of a
+``leaf_estimation_iterations > 1`` tree by comparing the weighted mean training loss ("Obj") of
+the try with the current one, strictly (``new < cur``). For Logloss, CrossEntropy and Poisson it
+keeps the approx in exp space and evaluates Obj with approximate arithmetic: a table-based exp of
+the try's leaf deltas, the float32 "FastLogf" logarithm, and (Logloss / CrossEntropy) float32 sums
+in four lanes per block of at most 4096 rows. Near convergence the true improvement of a try is
+smaller than that arithmetic's error, so an exactly computed objective mis-decides some tries; this
+module reproduces CatBoost's value bit for bit instead. The algorithm and the measurements behind it
+are in the project notes (``catboost-obj.md``); this is our own implementation of that description.
+
+Pieces (all compiled, callable from other compiled kernels):
+
+- :func:`fastexp_vec` -- the vector exp CatBoost applies to a leaf-delta vector;
+- :func:`fast_exp_scalar` -- the scalar table exp of a ``boost_from_average`` starting value;
+- :func:`fastlogf` -- the float32 logarithm of the metric;
+- :func:`exp_space_objective` with :func:`objective_ranges` -- Obj of one try;
+- :func:`cb_newton_step` -- CatBoost's Newton leaf step from the exp-space approx, in its summation
+  order (for bit-identical leaves);
+- :func:`update_point` -- CatBoost's exp-space update ``point *= dl[leaf]`` (accepted steps and the
+  per-tree update).
+
+What the walker needs
+---------------------
+Two ways to use the module (measured in the notes, section "partial mirror"):
+
+- **Bit-identical.** Keep CatBoost's exp-space state per row: ``point`` starts at
+  ``fast_exp_scalar(bias)`` (1.0 without a bias) and is multiplied by
+  ``fastexp_vec(tree's leaf values)[leaf]`` after every earlier tree (:func:`update_point`); in the
+  tree, each Newton step comes from :func:`cb_newton_step` at ``point``, each try ``s`` evaluates
+  ``exp_space_objective(code, point, fastexp_vec(s * step), ...)``, an accepted try does
+  ``update_point(point, dl, leaf)`` and ``u += s * step``; the leaves are ``float32(lr) * u``. Every
+  decision and every leaf value is then CatBoost's, bit for bit.
+- **Objective only.** ``point = exp(m)`` from the row's exact double margin ``m = A + u[leaf]`` and
+  Newton steps in the engine's own arithmetic. Logloss and CrossEntropy: every decision matched
+  CatBoost's on all measured models. Poisson: a few percent of the trees take another path, always
+  at a try whose ``|s * step|`` is at most 2.5e-13 -- Newton steps at the rounding-noise floor of
+  the leaf sums, whose acceptance depends on how they round. Leaves stay within ~2e-13 of
+  CatBoost's, but are not bit-identical for any loss.
+
+Why the tables are not built with numpy
+---------------------------------------
+CatBoost builds both tables at load time with the process's C library (``exp2`` for :data:`TBL`,
+``exp`` for :data:`T16`). Python's :func:`math.exp2` and :func:`math.exp` call that same C library;
+numpy's ``exp2``/``exp`` are numpy's own SIMD code and differ in about 100 entries. On glibc (2.36)
+:data:`TBL` equals the correctly rounded values; :data:`T16` does too except at ``x = 2**-53`` and
+``x = 2**-26``, where glibc's ``exp`` is one ulp low -- and so is CatBoost's table (its scalar
+``fast_exp(2**-26)`` returns that low value), so a correctly rounded table would be wrong there.
+The tests check both tables against exact decimal arithmetic and against the C library.
+
+Numerics
+--------
+No ``fastmath`` (no contraction into FMA, no reassociation). Float32 quantities are typed float32
+throughout; constants are wrapped in ``np.float32``. The scalar tail of :func:`fastexp_vec` needs one
+fused multiply-add, which numba does not expose: :func:`_fma` computes it exactly with error-free
+transformations and round-to-odd (Boldo and Melquiond, 2008). Bit casts are LLVM bitcasts.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from typing import Any
+
+import numpy as np
+from llvmlite import ir
+from numba.core import types
+from numba.extending import intrinsic
+from numpy.typing import NDArray
+
+from . import _jit as numba
+
+_jit = numba.njit(cache=True, nogil=True)
+
+#: Loss codes of :func:`exp_space_objective` (this module's own numbering).
+CB_LOGLOSS = 0
+CB_CROSS_ENTROPY = 1
+CB_POISSON = 2
+
+# ---------------------------------------------------------------------------------- bit casts
+
+
+def _bitcast(name: str, src: Any, dst: Any, llvm_dst: Any) -> Any:
+    """A compiled-only function reinterpreting the bits of a ``src`` value as ``dst`` (an LLVM
+    bitcast: no conversion, no rounding)."""
+
+    def typer(typingctx: Any, x: Any) -> Any:
+        if x != src:
+            return None
+
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            return builder.bitcast(args[0], llvm_dst)
+
+        return dst(src), codegen
+
+    typer.__name__ = typer.__qualname__ = name
+    return intrinsic(typer)
+
+
+#: float64 -> its uint64 bit pattern, and back; float32 <-> uint32 likewise.
+_f64_bits: Any = _bitcast("_f64_bits", types.float64, types.uint64, ir.IntType(64))
+_f64_from: Any = _bitcast("_f64_from", types.uint64, types.float64, ir.DoubleType())
+_f32_bits: Any = _bitcast("_f32_bits", types.float32, types.uint32, ir.IntType(32))
+_f32_from: Any = _bitcast("_f32_from", types.uint32, types.float32, ir.FloatType())
+
+
+# ---------------------------------------------------------------------------------- tables
+
+_MANT = (1 << 52) - 1
+
+
+def _bits(v: float) -> int:
+    return int(struct.unpack("<Q", struct.pack("<d", v))[0])
+
+
+def _build_tbl() -> NDArray[np.uint64]:
+    """``TBL[i]``: the 52 mantissa bits of ``2**(i/2048)``, i = 0..2047, from the C library's exp2."""
+    return np.array([_bits(math.exp2(i / 2048.0)) & _MANT for i in range(2048)], dtype=np.uint64)
+
+
+def _build_t16() -> NDArray[np.float64]:
+    """``T16[h]``: ``exp`` (C library) of the float64 whose top 16 bits are ``h``, the rest 0.
+
+    Only the entries with ``2**-55 <= |x| < 2**10`` are computed (about 2000 calls); outside that
+    range (inf and NaN computed too) ``exp`` is 1.0 (``|x| < 2**-54`` rounds to 1) or inf / 0
+    (``|x| >= 1024``), which is what every C library returns there.
+    """
+    out = np.empty(65536)
+    for h in range(65536):
+        expo = (h >> 4) & 0x7FF
+        neg = h >> 15
+        if expo < 1023 - 55:
+            out[h] = 1.0
+        elif expo < 1023 + 10 or expo == 0x7FF:
+            x = struct.unpack("<d", struct.pack("<Q", h << 48))[0]
+            try:
+                out[h] = math.exp(x)
+            except OverflowError:
+                out[h] = math.inf
+        else:
+            out[h] = 0.0 if neg else math.inf
+    return out
+
+
+#: (2048,) uint64: mantissa bits of ``2**(i/2048)`` (C library; correctly rounded on glibc).
+TBL: NDArray[np.uint64] = _build_tbl()
+#: (65536,) float64: C-library ``exp`` of each float64 with 48 zero low bits (:func:`fast_exp_scalar`).
+T16: NDArray[np.float64] = _build_t16()
+
+# ---------------------------------------------------------------------------------- FastExp
+
+_A = float.fromhex("0x1.71547652b82fep+11")  # 2048 / ln 2, rounded to double (2954.639443740597)
+_RA = 1.0 / _A
+_B = float(3 << 51)  # adding B leaves round_half_even(x * A) in the low mantissa bits
+_C2 = 0.16666666685227835064
+_C3 = 3.0000000027955394
+_VMAX = 709.78272569338397  # clamps of the 4-wide body
+_VMIN = -708.39641853226408
+_SMAX = 709.78271289338397  # the scalar tail returns inf from here on (and 0 at or below _VMIN)
+_EXP_ADD = np.uint64((1 << 21) - (1 << 11))  # 0x1FF800: exponent bias, shifted by the table bits
+_SH11 = np.uint64(11)
+_SH52 = np.uint64(52)
+_IDX = np.uint64(2047)
+
+
+@_jit
+def _two_sum(a: float, b: float) -> tuple[float, float]:
+    """``s + e == a + b`` exactly, ``s = RN(a + b)`` (Knuth)."""
+    s = a + b
+    bp = s - a
+    ap = s - bp
+    return s, (a - ap) + (b - bp)
+
+
+@_jit
+def _two_prod(a: float, b: float) -> tuple[float, float]:
+    """``p + e == a * b`` exactly, ``p = RN(a * b)`` (Dekker's split product; no FMA used).
+
+    Exact while ``|a|, |b| < 2**995`` and the product's error is not below the subnormal range.
+    """
+    p = a * b
+    c = 134217729.0 * a  # 2**27 + 1
+    ah = c - (c - a)
+    al = a - ah
+    c = 134217729.0 * b
+    bh = c - (c - b)
+    bl = b - bh
+    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+@_jit
+def _fma(a: float, b: float, c: float) -> float:
+    """``a * b + c`` rounded once (what an FMA instruction returns), for finite arguments in the
+    range of :func:`_two_prod`: exact product and sum, the low part rounded to odd, then one
+    round-to-nearest (Boldo and Melquiond's emulation, correct for binary64)."""
+    uh, ul = _two_prod(a, b)
+    th, tl = _two_sum(c, uh)
+    v, e = _two_sum(tl, ul)
+    if e != 0.0:
+        bits = _f64_bits(v)
+        if (bits & np.uint64(1)) == np.uint64(0):  # round to odd: step one ulp toward the exact sum
+            if (e > 0.0) == (v > 0.0):
+                v = _f64_from(bits + np.uint64(1))
+            else:
+                v = _f64_from(bits - np.uint64(1))
+    return th + v
+
+
+@_jit
+def _expd(x: float, tail: bool) -> float:
+    """One element of the vector exp: the 4-wide body's formula, or with ``tail`` the scalar one
+    (0 / inf limits and a fused multiply-add in the polynomial)."""
+    if tail:
+        if x <= _VMIN:
+            return 0.0
+        if x >= _SMAX:
+            return math.inf
+    else:
+        if x > _VMAX:
+            x = _VMAX
+        if x < _VMIN:
+            x = _VMIN
+    d = x * _A + _B
+    di = _f64_bits(d)
+    t = (d - _B) * _RA - x
+    u = ((di + _EXP_ADD) >> _SH11) << _SH52
+    if tail:
+        y = _fma((_C3 - t) * (t * t), _C2, -t) + 1.0
+    else:
+        y = ((_C3 - t) * (t * t)) * _C2
+        y = (y - t) + 1.0
+    return y * _f64_from(u | TBL[di & _IDX])
+
+
+@_jit
+def fastexp_vec(x: NDArray[np.float64], out: NDArray[np.float64]) -> None:
+    """``out[i] = exp(x[i])`` as CatBoost's vector FastExp computes it on one contiguous vector.
+
+    ``x``, ``out``: (n,) float64; ``out`` may be ``x``. This mirrors the exp CatBoost applies to a
+    leaf-delta vector (every backtracking try, every accepted step, the per-tree approx update) on
+    an AVX2 machine: the first ``4 * (n // 4)`` elements take the 4-wide body (input clamped to
+    [-708.396..., 709.782...], no FMA), the last ``n % 4`` the scalar routine (0 at or below the
+    lower limit, inf from the upper one, one fused multiply-add). Relative error about 3e-15.
+    NaN inputs are not mirrored.
+    """
+    n = x.shape[0]
+    nv = n - n % 4
+    for i in range(n):
+        out[i] = _expd(x[i], i >= nv)
+
+
+@_jit
+def fast_exp_scalar(x: float) -> float:
+    """CatBoost's scalar table exp (relative error up to ~3e-8; 1e-14 to 1e-11 for |x| < 3; its
+    glibc-based table is not correctly rounded at 2**-53 and 2**-26), used for the exp-space starting
+    approx ``fast_exp(bias)`` of a ``boost_from_average`` model: four rounds of "multiply by the
+    table value of the top 16 bits and remove those bits", then times ``1 + remainder``."""
+    res = 1.0
+    arg = x
+    top = np.uint64(0xFFFF000000000000)
+    for _ in range(4):
+        b = _f64_bits(arg)
+        res *= T16[b >> np.uint64(48)]
+        arg -= _f64_from(b & top)
+    return res * (1.0 + arg)
+
+
+# ---------------------------------------------------------------------------------- FastLogf
+
+_L_SCALE = np.float32(1.1920928955078125e-7)  # 2**-23
+_L_C0 = np.float32(124.22551499)
+_L_C1 = np.float32(1.498030302)
+_L_C2 = np.float32(1.72587999)
+_L_C3 = np.float32(0.3520887068)
+_L_LN2 = np.float32(0.69314718)
+_L_MANT = np.uint32(0x007FFFFF)
+_L_HALF = np.uint32(0x3F000000)
+_ONE32 = np.float32(1.0)
+_HALF32 = np.float32(0.5)
+_DBL_MAX = 1.7976931348623157e308
+
+
+@_jit
+def fastlogf(v: float) -> np.float32:
+    """CatBoost's FastLogf of a double: ``v`` rounded to float32, then a float32 rational
+    approximation of ``log`` from its bit pattern (absolute error up to about 1e-4;
+    ``fastlogf(1) = -1.65e-6``). Returns float32."""
+    f = np.float32(v)
+    b = _f32_bits(f)
+    y = np.float32(np.int64(b)) * _L_SCALE
+    m = _f32_from(np.uint32((b & _L_MANT) | _L_HALF))
+    return (((y - _L_C0) - _L_C1 * m) - _L_C2 / (_L_C3 + m)) * _L_LN2
+
+
+# ---------------------------------------------------------------------------------- objective
+
+
+@_jit
+def objective_ranges(n_rows: int, thread_count: int) -> int:
+    """The number of row ranges CatBoost's metric evaluation splits ``n_rows`` rows into.
+
+    ``min(thread_count, ceil(n_rows / min_block))`` with ``min_block`` 1000 for
+    ``10000 < n_rows < 100000`` and 10000 otherwise (so 1 whenever ``n_rows <= 10000``); at least 1.
+    ``thread_count`` is the model's training ``thread_count`` (a resolved positive count, not -1).
+    ``n_rows`` is the number of rows CatBoost trained on (after a deletion: one less).
+    """
+    min_block = 1000 if 10000 < n_rows < 100000 else 10000
+    k = min(thread_count, (n_rows + min_block - 1) // min_block)
+    return max(k, 1)
+
+
+@_jit
+def _row(j: int, skip: int) -> int:
+    """Array index of the ``j``-th row of the layout that omits array row ``skip`` (-1: none)."""
+    return j + 1 if 0 <= skip <= j else j
+
+
+@_jit
+def _ce_term(a: float, d: float, prob: np.float32) -> np.float32:
+    """One row's float32 cross-entropy term of the 4-lane part."""
+    non_exp = fastlogf(a) + fastlogf(d)
+    e = a * d
+    l1 = fastlogf(e + 1.0)
+    if e > _DBL_MAX:
+        return (_ONE32 - prob) * non_exp
+    return l1 - prob * non_exp
+
+
+@_jit
+def _ce_block(
+    point: NDArray[np.float64], dl: NDArray[np.float64], leaf: NDArray[np.int32], y: NDArray[np.float64],
+    w: NDArray[np.float64], logloss: bool, j0: int, j1: int, skip: int,
+) -> tuple[float, float]:
+    """(Stats0, Stats1) of one block, layout rows ``j0 <= j < j1``: float32 lanes for the first
+    ``4 * ((j1 - j0) // 4)`` rows (lane k: rows k, k+4, ...), then the rest in double."""
+    z = np.float32(0.0)
+    a0, a1, a2, a3 = z, z, z, z
+    c0, c1, c2, c3 = z, z, z, z
+    nv = j0 + (j1 - j0) - (j1 - j0) % 4
+    for j in range(j0, nv, 4):
+        for k in range(4):
+            i = _row(j + k, skip)
+            y32 = np.float32(y[i])
+            prob = (_ONE32 if y32 > _HALF32 else np.float32(0.0)) if logloss else y32
+            w32 = np.float32(w[i])
+            v = w32 * _ce_term(point[i], dl[leaf[i]], prob)
+            if k == 0:
+                a0 += v
+                c0 += w32
+            elif k == 1:
+                a1 += v
+                c1 += w32
+            elif k == 2:
+                a2 += v
+                c2 += w32
+            else:
+                a3 += v
+                c3 += w32
+    s0 = 0.0
+    s1 = 0.0
+    if nv > j0:
+        s0 = 0.0 + np.float64((a0 + a1) + (a2 + a3))
+        s1 = 0.0 + np.float64((c0 + c1) + (c2 + c3))
+    for j in range(nv, j1):
+        i = _row(j, skip)
+        a = point[i]
+        d = dl[leaf[i]]
+        y32 = np.float32(y[i])
+        prob = (_ONE32 if y32 > _HALF32 else np.float32(0.0)) if logloss else y32
+        non_exp = np.float64(fastlogf(d)) + np.float64(fastlogf(a))
+        e = a * d
+        if abs(e) != math.inf:
+            v = np.float64(fastlogf(e + 1.0)) - np.float64(prob) * non_exp
+        else:
+            v = np.float64(_ONE32 - prob) * non_exp
+        wd = np.float64(np.float32(w[i]))
+        s0 += wd * v
+        s1 += wd
+    return s0, s1
+
+
+@_jit
+def _poisson_block(
+    point: NDArray[np.float64], dl: NDArray[np.float64], leaf: NDArray[np.int32], y: NDArray[np.float64],
+    w: NDArray[np.float64], j0: int, j1: int, skip: int,
+) -> tuple[float, float]:
+    """(Stats0, Stats1) of one Poisson block, all in double, rows in order."""
+    s0 = 0.0
+    s1 = 0.0
+    for j in range(j0, j1):
+        i = _row(j, skip)
+        e = point[i] * dl[leaf[i]]
+        wd = np.float64(np.float32(w[i]))
+        s0 += (e - np.float64(np.float32(y[i])) * np.float64(fastlogf(e))) * wd
+        s1 += wd
+    return s0, s1
+
+
+@_jit
+def _objective_stats(
+    code: int, point: NDArray[np.float64], dl: NDArray[np.float64], leaf: NDArray[np.int32],
+    y: NDArray[np.float64], w: NDArray[np.float64], n_ranges: int, skip: int,
+) -> tuple[float, float]:
+    """(Stats0, Stats1) of :func:`exp_space_objective`: the weighted loss sum and the weight sum."""
+    n = point.shape[0] - (1 if skip >= 0 else 0)
+    size = max((n + n_ranges - 1) // n_ranges, 1)
+    S0 = 0.0
+    S1 = 0.0
+    for frm in range(0, n, size):
+        to = min(frm + size, n)
+        r0 = 0.0
+        r1 = 0.0
+        for b0 in range(frm, to, 4096):
+            b1 = min(b0 + 4096, to)
+            if code == CB_POISSON:
+                s0, s1 = _poisson_block(point, dl, leaf, y, w, b0, b1, skip)
+            else:
+                s0, s1 = _ce_block(point, dl, leaf, y, w, code == CB_LOGLOSS, b0, b1, skip)
+            r0 += s0
+            r1 += s1
+        S0 += r0
+        S1 += r1
+    return S0, S1
+
+
+@_jit
+def exp_space_objective(
+    code: int, point: NDArray[np.float64], dl: NDArray[np.float64], leaf: NDArray[np.int32],
+    y: NDArray[np.float64], w: NDArray[np.float64], n_ranges: int, skip: int = -1,
+) -> float:
+    """CatBoost's Obj of one backtracking try: the weighted mean loss at exp-space approx
+    ``point * dl[leaf]``, computed the way its metric evaluation does.
+
+    Parameters
+    ----------
+    code : int
+        :data:`CB_LOGLOSS` (``prob = float32(y) > 0.5``), :data:`CB_CROSS_ENTROPY` (``prob =
+        float32(y)``) or :data:`CB_POISSON`.
+    point : (n,) float64
+        Each row's exp-space approx before the try (``exp`` of its margin), in training row order.
+    dl : (n_leaf,) float64
+        ``fastexp_vec`` of the try's leaf deltas ``s * step`` (all ones, i.e. ``fastexp_vec`` of
+        zeros, for the walker's starting value).
+    leaf : (n,) int32 (any integer dtype)
+        Each row's leaf in this tree.
+    y, w : (n,) float64
+        Targets and effective weights (user weight times class weight; ones when unweighted). Both
+        are used as float32, as CatBoost stores them, so pass float32-representable values.
+    n_ranges : int
+        :func:`objective_ranges` of the number of rows CatBoost trained on and its thread_count.
+    skip : int
+        An array row to leave out *as if deleted* from the arrays (the rows after it move up one
+        place in the float32 lanes and 4096-row blocks); -1 for none. A row CatBoost trained with
+        weight 0 is not deleted: keep it (``skip=-1``) with ``w = 0``.
+
+    Rows are split into ``n_ranges`` equal ranges (size ``ceil(n_eff / n_ranges)``), each range into
+    blocks of up to 4096 rows. Logloss / CrossEntropy blocks sum per-row float32 terms
+    ``FastLogf(1 + a d) - prob (FastLogf(a) + FastLogf(d))`` in 4 float32 lanes (lane k: rows k,
+    k+4, ...) and the last ``L % 4`` rows in double; Poisson blocks sum ``a d - y FastLogf(a d)`` in
+    double. Blocks add into ranges and ranges into the total in order, in double. Returns
+    ``Stats0 / Stats1`` (0 when the weights sum to 0).
+    """
+    S0, S1 = _objective_stats(code, point, dl, leaf, y, w, n_ranges, skip)
+    return S0 / S1 if S1 != 0.0 else 0.0
+
+
+_FLT_EPS = 1.1920928955078125e-07
+
+
+@_jit
+def cb_newton_step(
+    code: int, point: NDArray[np.float64], leaf: NDArray[np.int32], y: NDArray[np.float64],
+    w: NDArray[np.float64], l2s: float, skip: int, step: NDArray[np.float64],
+) -> None:
+    """CatBoost's Newton leaf step from the exp-space approx, bit for bit: needed for leaf values
+    bit-identical to CatBoost's (and for Poisson decisions at the noise floor; see the module doc).
+
+    ``point``, ``leaf``, ``y``, ``w``: (n,) as in :func:`exp_space_objective` (``skip`` likewise);
+    ``step``: (n_leaf,) output, ``step[l] = G[l] / (-H[l] + l2s)`` with CatBoost's signs
+    (``der1 = t - p``, ``der2 = -p (1 - p)``, ``p = 1 - 1 / (1 + a)``, each times ``w``; Poisson
+    ``der1 = t - a``, ``der2 = -a``; ``t = float32(y)``, ``a = point``). The sums follow CatBoost's
+    order: the layout rows form 1 block (fewer than 10000 rows) or blocks of ``ceil(n / 128)`` rows;
+    inside a block each leaf adds its rows in order; a leaf adds the block partial sums in block
+    order, skipping a block where its weight sum is at most FLT_EPSILON. ``l2s`` is CatBoost's
+    scaled L2, ``float32(l2_leaf_reg) * sum(w) / n``.
+    """
+    n_leaf = step.shape[0]
+    n = point.shape[0] - (1 if skip >= 0 else 0)
+    size = max((n + (1 if n < 10000 else 128) - 1) // (1 if n < 10000 else 128), 1)
+    G = np.zeros(n_leaf)
+    H = np.zeros(n_leaf)
+    gb = np.empty(n_leaf)
+    hb = np.empty(n_leaf)
+    wb = np.empty(n_leaf)
+    for b0 in range(0, n, size):
+        gb[:] = 0.0
+        hb[:] = 0.0
+        wb[:] = 0.0
+        for j in range(b0, min(b0 + size, n)):
+            i = _row(j, skip)
+            a = point[i]
+            t = np.float64(np.float32(y[i]))
+            wd = np.float64(np.float32(w[i]))
+            if code == CB_POISSON:
+                d1 = t - a
+                d2 = -a
+            else:
+                p = 1.0 - 1.0 / (1.0 + a)
+                d1 = t - p
+                d2 = -p * (1.0 - p)
+            lf = leaf[i]
+            gb[lf] += d1 * wd
+            hb[lf] += d2 * wd
+            wb[lf] += wd
+        for lf in range(n_leaf):
+            if wb[lf] > _FLT_EPS:
+                G[lf] += gb[lf]
+                H[lf] += hb[lf]
+    for lf in range(n_leaf):
+        step[lf] = G[lf] / (-H[lf] + l2s)
+
+
+@_jit
+def update_point(point: NDArray[np.float64], dl: NDArray[np.float64], leaf: NDArray[np.int32]) -> None:
+    """CatBoost's exp-space update on an accepted step (and after each tree, with the tree's leaf
+    values): ``point[i] *= dl[leaf[i]]`` in double. ``point`` (n,), ``dl`` (n_leaf,) from
+    :func:`fastexp_vec`, ``leaf`` (n,)."""
+    for i in range(point.shape[0]):
+        point[i] *= dl[leaf[i]]
