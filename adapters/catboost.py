@@ -4,11 +4,13 @@ CatBoost computes a leaf by ``leaf_estimation_iterations`` Newton or Gradient st
 margins moved by the earlier steps of the same tree, with L2 ``l2_leaf_reg * sum(w) / N``, and
 stores ``learning_rate * sum of steps``. With ``leaf_estimation_backtracking='AnyImprovement'`` each
 step is tried at scale 1, 1/2, 1/4, ... and accepted as soon as the whole training set's weighted
-loss improves; every rejected try uses up one of the iterations, and a tree may end with tries that
-were never accepted. CatBoost evaluates that loss with a fast approximate ``exp`` (and blockwise
-sums), so near-ties are decided by rounding: the adapter replays every tree in numpy and, where its
-own loss comparison is too close to call, searches both outcomes for the sequence of accepted
-scales that reproduces the stored leaf values (recorded in ``step_scales``).
+mean loss falls; every rejected try uses up one of the iterations, and a tree may end with tries
+that were never accepted. For Logloss CatBoost computes that loss in exp space with a fast exp and
+log in float32 lanes (x86-64), so near-ties are decided by its arithmetic: the engine decides every
+step itself with the same arithmetic (``backtracking_objective="fast_logloss"``, see
+:mod:`influence_gbdt._fastobj`) and the self-check proves the decisions. That arithmetic splits rows
+into ranges by the training thread count when 10,000 < N < 100,000; the model does not record it, so
+:meth:`CatBoostAdapter.prepare` finds it (``params={"thread_count": k}`` gives it directly).
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import catboost
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from influence_gbdt.engine import InfluenceEngine
 from influence_gbdt.ensemble import TreeEnsemble
 from influence_gbdt.errors import InputError, UnsupportedModelError
 from influence_gbdt.labels import LabelMap
@@ -30,10 +34,8 @@ from influence_gbdt.tabular import n_rows
 from .base import BoosterAdapter
 
 _LOSSES = {"Logloss": "logloss", "RMSE": "squared_error"}
-#: Relative loss difference below which an AnyImprovement decision counts as a tie (CatBoost's
-#: Logloss uses a fast exp accurate to ~1e-7; RMSE is summed in double precision).
-_TIE = {"logloss": 1e-5, "squared_error": 1e-11}
-_MAX_PATHS = 512
+#: How CatBoost computes the loss an AnyImprovement step must lower (its exp-space losses).
+_BACKTRACKING_OBJECTIVES = {"logloss": "fast_logloss"}
 
 
 def _f32(a: ArrayLike) -> NDArray[np.float64]:
@@ -48,7 +50,9 @@ class CatBoostAdapter(BoosterAdapter):
     model : catboost.CatBoost, CatBoostClassifier or CatBoostRegressor
         A trained model (also one loaded with ``load_model``).
     params : mapping, optional
-        Must be empty: CatBoost keeps every training parameter in the model (``get_all_params``).
+        Only ``{"thread_count": k}``, the training thread count, which CatBoost does not record and
+        its backtracking arithmetic depends on for 10,000 < N < 100,000 rows (found by trial when
+        not given). Every other training parameter is read from the model (``get_all_params``).
     """
 
     library: ClassVar[str] = "catboost"
@@ -63,6 +67,8 @@ class CatBoostAdapter(BoosterAdapter):
             raise UnsupportedModelError("The CatBoost model is not trained: call fit() before wrapping it.")
         _refuse_model_kind(model, self.params)
         self._p: dict[str, Any] = model.get_all_params()
+        recorded = int(self._p.get("thread_count", -1) or -1)
+        self._threads = int(self.params.get("thread_count", recorded if recorded > 0 else os.cpu_count() or 1))
         p = self._p
         loss = str(p.get("loss_function", "")).split(":")[0]
         if loss not in _LOSSES:
@@ -186,111 +192,75 @@ class CatBoostAdapter(BoosterAdapter):
         p = self._p
         lr = float(np.float32(p["learning_rate"]))
         l2_leaf_reg = float(np.float32(p["l2_leaf_reg"]))
-        newton = p["leaf_estimation_method"] == "Newton"
-        scales = self._step_scales(leaf_index, counts, values, labels, weight, offset + bias, lr,
-                                   l2_leaf_reg / n, newton)
-        n_steps = np.array([len(s) for s in scales], dtype=np.int64)
-        table = np.zeros((len(scales), int(n_steps.max())))
-        for t, s in enumerate(scales):
-            table[t, : len(s)] = s
         iterations = int(p.get("leaf_estimation_iterations", 1))
         backtracking = iterations > 1 and p.get("leaf_estimation_backtracking", "No") == "AnyImprovement"
         return TreeEnsemble.build(
             leaf_index=leaf_index, leaf_values=values, n_leaves=counts, loss=self.loss,
-            learning_rate=lr, newton=newton, l1=0.0, max_delta_step=0.0, l2=0.0,
-            l2_per_mean_weight=l2_leaf_reg, step_scales=table, n_steps=n_steps,
-            backtracking=backtracking, n_iterations=iterations if backtracking else None,
+            learning_rate=lr, newton=p["leaf_estimation_method"] == "Newton", l1=0.0, max_delta_step=0.0,
+            l2=0.0, l2_per_mean_weight=l2_leaf_reg, step_scales=np.ones(iterations),
+            backtracking=backtracking,
+            backtracking_objective=_BACKTRACKING_OBJECTIVES.get(self.loss, "exact") if backtracking else "exact",
+            objective_threads=self._threads,
             base_margin=float(bias), base_rule="mean" if p.get("boost_from_average", False) else "fixed",
             init_offset=offset, y=labels, user_weight=user_w, weight_group=groups,
             dataset_factor=class_weights, float32_weights=True,
         )
 
-    def _step_scales(
-        self, leaf_index: NDArray[np.int32], counts: NDArray[np.int64], values: NDArray[np.float64],
-        y: NDArray[np.float64], w: NDArray[np.float64], start: NDArray[np.float64], lr: float,
-        l2_per_w: float, newton: bool,
-    ) -> list[list[float]]:
-        """Accepted scale of every leaf step of every tree (a list of T lists)."""
-        iters = int(self._p.get("leaf_estimation_iterations", 1))
-        trivial = iters == 1 or self._p.get("leaf_estimation_backtracking", "No") == "No"
-        if trivial:
-            return [[1.0] * iters for _ in counts]
-        offsets = np.concatenate([[0], np.cumsum(counts)])
-        margin = start.astype(np.float64).copy()
-        lam, result = l2_per_w * w.sum(), []
-        for t, n_leaf in enumerate(counts):
-            stored = values[offsets[t] : offsets[t + 1]]
-            scales = self._walk(leaf_index[t], int(n_leaf), stored, margin, y, w, lr, lam, newton, iters)
-            result.append(scales)
-            margin += stored[leaf_index[t]]
-        return result
+    def prepare(
+        self,
+        X: Any,
+        y: ArrayLike,
+        sample_weight: ArrayLike | None = None,
+        init_score: ArrayLike | None = None,
+    ) -> InfluenceEngine:
+        """Describe the model and prove it is reproduced (see :meth:`BoosterAdapter.prepare`).
 
-    def _walk(
-        self, leaf: NDArray[np.int32], n_leaf: int, stored: NDArray[np.float64], margin: NDArray[np.float64],
-        y: NDArray[np.float64], w: NDArray[np.float64], lr: float, lam: float, newton: bool, iters: int,
-    ) -> list[float]:
-        """Replay CatBoost's AnyImprovement walker for one tree; return the accepted scales.
-
-        A decision whose loss difference is within the tie band is explored both ways (depth
-        first, numpy's own comparison first) until the leaf values match ``stored`` (n_leaf,).
+        Where CatBoost's backtracking arithmetic depends on the training thread count (10,000 <
+        N < 100,000 rows), the counts that change it are tried, most likely first, on the trees
+        up to the first one a wrong count got wrong, until one reproduces the whole model.
         """
-        tie, wsum = _TIE[self.loss], w.sum()
-
-        def loss(u: NDArray[np.float64]) -> float:
-            m = margin + u[leaf]
-            if self.loss == "logloss":
-                return float(np.dot(w, np.logaddexp(0.0, m) - y * m) / wsum)
-            return float(np.sqrt(np.dot(w, (m - y) ** 2) / wsum))
-
-        def step(u: NDArray[np.float64]) -> NDArray[np.float64]:
-            m = margin + u[leaf]
-            if self.loss == "logloss":
-                prob = 1.0 / (1.0 + np.exp(-m))
-                g, h = prob - y, prob * (1.0 - prob)
-            else:
-                g, h = m - y, np.ones_like(m)
-            big_g = np.bincount(leaf, w * g, n_leaf)
-            big_h = np.bincount(leaf, w * h if newton else w, n_leaf)
-            return -big_g / (big_h + lam)
-
-        tol = 1e-13 * max(1.0, float(np.abs(stored).max()))
-        best: tuple[float, list[float]] = (np.inf, [])
-        # Stack of (iteration, u, loss at u, try scale, step, accepted scales).
-        u0 = np.zeros(n_leaf)
-        State = tuple[int, NDArray[np.float64], float, float, NDArray[np.float64] | None, list[float]]
-        stack: list[State] = [(0, u0, loss(u0), 1.0, step(u0), [])]
-        paths = 0
-        while stack:
-            it, u, cur, s, d, acc = stack.pop()
-            if it >= iters:
-                res = float(np.abs(lr * u - stored).max())
-                if res < best[0]:
-                    best = (res, acc)
-                paths += 1
-                if res <= tol or paths >= _MAX_PATHS:
+        ensemble = self.describe(X, y, sample_weight, init_score)
+        engine = InfluenceEngine(ensemble)
+        candidates = self._thread_candidates(ensemble)
+        while engine.relative_residual > self.rtol and candidates:
+            first_bad = int(np.argmax(engine.tree_residual > self.rtol * np.abs(ensemble.leaf_values).max()))
+            end = int(np.flatnonzero(ensemble.tree_round == ensemble.tree_round[first_bad])[-1]) + 1
+            for threads in list(candidates):
+                candidates.remove(threads)
+                probe = InfluenceEngine(replace(ensemble.head(end), objective_threads=threads))
+                if probe.tree_residual.max() <= self.rtol * np.abs(ensemble.leaf_values).max():
+                    self._threads = threads
+                    ensemble = replace(ensemble, objective_threads=threads)
+                    engine = InfluenceEngine(ensemble)
                     break
-                continue
-            if d is None:
-                d = step(u)  # a new step at the point just accepted
-            u_try = u + s * d
-            new = loss(u_try)
-            take: State = (it + 1, u_try, new, 1.0, None, [*acc, s])
-            skip: State = (it + 1, u, cur, s / 2, d, acc)
-            first, second = (take, skip) if new < cur else (skip, take)
-            if abs(new - cur) <= tie * abs(cur):
-                stack.append(second)
-            stack.append(first)
-        return best[1] or [0.0]
+            else:
+                break
+        engine.check_reproduction(rtol=self.rtol, hint=f"{self.library}: {self.hint}")
+        return engine
+
+    def _thread_candidates(self, ensemble: TreeEnsemble) -> list[int]:
+        """Thread counts that would split the fast objective's rows differently from the one
+        tried (none when the arithmetic does not depend on it)."""
+        n = ensemble.n_rows
+        if ensemble.backtracking_objective == "exact" or not 10000 < n < 100000:
+            return []
+        distinct = min(-(-n // 1000), 256)  # more threads than ranges change nothing
+        likely = [os.cpu_count() or 1, 1, 2, 4, 8, 16]
+        order = [k for k in likely if k <= distinct] + list(range(1, distinct + 1))
+        return [k for k in dict.fromkeys(order) if k != ensemble.objective_threads]
 
 
 def _refuse_model_kind(model: Any, params: Mapping[str, Any]) -> None:
     """Refuse, before any parameter is read, CatBoost models whose leaves cannot be recomputed (and
-    ``params``, which would be ignored)."""
-    if params:
+    ``params`` other than ``thread_count``, which would be ignored)."""
+    ignored = sorted(set(params) - {"thread_count"})
+    if ignored:
         raise InputError(
-            f"params {sorted(params)} would be ignored: a CatBoost model records every training "
-            "parameter itself. Leave params unset."
+            f"params {ignored} would be ignored: a CatBoost model records every training parameter "
+            "itself. Leave params unset (only thread_count, which it does not record, is accepted)."
         )
+    if "thread_count" in params and not (isinstance(params["thread_count"], int) and params["thread_count"] > 0):
+        raise InputError(f"params['thread_count'] must be a positive integer, got {params['thread_count']!r}.")
     for kind, indices, why in (
         ("text", model.get_text_feature_indices, "tokenized and turned into numbers by estimators "
          "fitted on the labels (BoW, NaiveBayes, BM25)"),

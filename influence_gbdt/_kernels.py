@@ -14,12 +14,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from . import _jit as numba
+from ._fastobj import exp_space_objective, fastexp_vec, objective_ranges
 from ._tables import Tables
-from .losses import grad_hess, jvp, point, weighted
+from .losses import grad_hess, jvp, point, value, weighted
 
 ALL = 0
 NONE = 1
 TOPK = 2
+#: Most ways of deciding a tree's near-ties the replay tries (see ``_replay_walk``).
+_MAX_TIE_PATHS = 4096
 
 _jit = numba.njit(cache=True, nogil=True)
 
@@ -127,68 +130,224 @@ def round_sizes(tb: Tables) -> tuple[int, int]:
     return most_leaves, most_slots
 
 
-@numba.njit(cache=True)
-def replay(tb: Tables, A: NDArray[np.float64]) -> None:  # noqa: C901 -- one loop nest over rounds and steps
+@_jit
+def _replay_sums(
+    tb: Tables, r: int, s: int, A: NDArray[np.float64], u: NDArray[np.float64], scratch: NDArray[np.float64]
+) -> None:
+    """Leaf sums of step ``s`` of round ``r``'s trees at in-tree moves ``u``, into slot ``s``.
+
+    Also the sums' derivatives in ``u`` for trees with several steps, and per-group sums when
+    class factors move with the weights. ``scratch`` is (7, max(K, zsize))."""
+    n, K = A.shape
+    t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
+    mrow, z, g, h, unit, dg, dh = (scratch[0, :K], scratch[1, : tb.zsize], scratch[2, :K], scratch[3, :K],
+                                   scratch[4, :K], scratch[5, :K], scratch[6, :K])
+    unit[:] = 0.0
+    group_sums = tb.GV.shape[0] > 0
+    multi = tb.n_iter[t0] > 1
+    for t in range(t0, t1):
+        o = tb.sl_off[tb.step_ptr[t] + s]
+        L = tb.leaf_off[t + 1] - tb.leaf_off[t]
+        tb.G[o : o + L] = 0.0
+        tb.H[o : o + L] = 0.0
+        tb.SDG[o : o + L] = 0.0
+        tb.SDH[o : o + L] = 0.0
+        if group_sums:
+            tb.GV[o : o + L] = 0.0
+            tb.HV[o : o + L] = 0.0
+    for j in range(n):
+        row_margin(tb, r, A, j, u, mrow)
+        point(tb.code, tb.prm, mrow, z)
+        grad_hess(tb.code, tb.prm, tb.y[j], z, g, h)
+        wj = tb.w[j]
+        for t in range(t0, t1):
+            c = tb.out[t]
+            sl = tb.sl_off[tb.step_ptr[t] + s] + tb.leaf[t, j]
+            wg, wh = weighted(tb.code, g[c], h[c], wj, tb.f32)
+            tb.G[sl] += wg
+            tb.H[sl] += wh if tb.newton[t] else wj
+            if group_sums:
+                tb.GV[sl, tb.grp[j]] += tb.v[j] * g[c]
+                tb.HV[sl, tb.grp[j]] += tb.v[j] * (h[c] if tb.newton[t] else 1.0)
+            if multi:  # d/du of the sums, for the steps after this one
+                unit[c] = 1.0
+                jvp(tb.code, tb.prm, tb.y[j], z, unit, dg, dh)
+                unit[c] = 0.0
+                tb.SDG[sl] += wj * dg[c]
+                tb.SDH[sl] += wj * dh[c]
+
+
+@_jit
+def _replay_steps(
+    tb: Tables, r: int, s: int, mean_w: float, u: NDArray[np.float64], d: NDArray[np.float64]
+) -> None:
+    """The leaf steps of slot ``s`` of round ``r`` into ``d`` (indexed by global leaf minus the
+    round's first), recording the step's derivatives and the moves ``u`` it starts from."""
+    rl0 = tb.leaf_off[tb.round_ptr[r]]
+    for t in range(tb.round_ptr[r], tb.round_ptr[r + 1]):
+        base = tb.leaf_off[t]
+        o = tb.sl_off[tb.step_ptr[t] + s]
+        for lj in range(tb.leaf_off[t + 1] - base):
+            lam = tb.l2[base + lj] + tb.l2m[t] * mean_w
+            delta, rg, rd = leaf_step(tb.G[o + lj], tb.H[o + lj], lam, tb.l1[t], tb.mds[t])
+            d[base + lj - rl0] = delta
+            tb.RG[o + lj] = rg
+            tb.RD[o + lj] = rd
+            tb.u_before[o + lj] = u[base + lj]
+
+
+@_jit
+def tree_objective(
+    tb: Tables, t: int, A: NDArray[np.float64], delta: NDArray[np.float64], sel: NDArray[np.bool_],
+    every: bool, u: NDArray[np.float64], step: NDArray[np.float64], w: NDArray[np.float64], skip: int,
+    point_buf: NDArray[np.float64], dl: NDArray[np.float64], mrow: NDArray[np.float64],
+) -> float:
+    """The objective a backtracking tree ``t`` compares, with its leaves moved by ``u + step``.
+
+    Rows sit at ``A`` plus, where they are ``moved`` (``every`` or their leaf in ``sel``; only when
+    ``delta`` is given), their change ``delta``; ``w`` are the weights and row ``skip`` (>= 0) is
+    deleted. ``tb.bt_obj < 0``: the weighted loss summed exactly. Otherwise the booster's own
+    arithmetic (:mod:`influence_gbdt._fastobj`: exp-space approx ``exp`` of the margin at ``u``,
+    the try ``step`` through its fast exp, float32 lanes). Only comparisons of two values of the
+    same tree mean anything.
+    """
+    n = A.shape[0]
+    base = tb.leaf_off[t]
+    c = tb.out[t]
+    track = delta.shape[0] > 0
+    if tb.bt_obj < 0:
+        total = 0.0
+        for j in range(n):
+            if j != skip:
+                mrow[:] = A[j]
+                if track and (every or sel[base + tb.leaf[t, j]]):
+                    mrow += delta[j]
+                mrow[c] += u[base + tb.leaf[t, j]] + step[base + tb.leaf[t, j]]
+                total += w[j] * value(tb.code, tb.prm, tb.y[j], mrow)
+        return total
+    for j in range(n):
+        m = A[j, c] + u[base + tb.leaf[t, j]]
+        if track and (every or sel[base + tb.leaf[t, j]]):
+            m += delta[j, c]
+        point_buf[j] = math.exp(m)
+    L = tb.leaf_off[t + 1] - base
+    fastexp_vec(step[base : base + L], dl[:L])
+    n_eff = n - 1 if skip >= 0 else n
+    return exp_space_objective(tb.bt_obj, point_buf, dl[:L], tb.leaf[t], tb.y[:, 0], w,
+                               objective_ranges(n_eff, tb.bt_threads), skip)
+
+
+@_jit
+def _walk_once(
+    tb: Tables, r: int, A: NDArray[np.float64], u: NDArray[np.float64], mean_w: float,
+    d: NDArray[np.float64], step: NDArray[np.float64], point_buf: NDArray[np.float64],
+    dl: NDArray[np.float64], scratch: NDArray[np.float64], flips: int,
+) -> int:
+    """AnyImprovement for round ``r``'s one tree from ``u = 0``: try each step at scale 1, 1/2,
+    ..., accept it when the objective falls; record the steps taken (``n_steps``), their scales (0
+    for a computed step never accepted) and each step's caches. The ``i``-th near-tie (relative gap
+    within ``tb.bt_tie``) is decided the other way when bit ``i`` of ``flips`` is set. Returns the
+    number of near-ties met."""
+    t = tb.round_ptr[r]
+    base, L = tb.leaf_off[t], tb.leaf_off[t + 1] - tb.leaf_off[t]
+    no_delta = np.empty((0, A.shape[1]))
+    no_sel = np.zeros(0, dtype=np.bool_)
+    mrow = scratch[0, : A.shape[1]]
+    u[base : base + L] = 0.0
+    tb.scales[t, :] = 0.0
+    _replay_sums(tb, r, 0, A, u, scratch)
+    _replay_steps(tb, r, 0, mean_w, u, d)
+    computed, scale, ties = 1, 1.0, 0
+    step[base : base + L] = 0.0
+    current = tree_objective(tb, t, A, no_delta, no_sel, False, u, step, tb.w, -1, point_buf, dl, mrow)
+    for it in range(tb.n_iter[t]):
+        for lj in range(L):
+            step[base + lj] = scale * d[lj]
+        trial = tree_objective(tb, t, A, no_delta, no_sel, False, u, step, tb.w, -1, point_buf, dl, mrow)
+        better = trial < current
+        if abs(trial - current) <= tb.bt_tie * abs(current):
+            if (flips >> ties) & 1:
+                better = not better
+            ties += 1
+        if better:
+            tb.scales[t, computed - 1] = scale
+            for lj in range(L):
+                u[base + lj] += step[base + lj]
+            current, scale = trial, 1.0
+            if it + 1 < tb.n_iter[t]:
+                _replay_sums(tb, r, computed, A, u, scratch)
+                _replay_steps(tb, r, computed, mean_w, u, d)
+                computed += 1
+        else:
+            scale *= 0.5
+    tb.n_steps[t] = computed
+    return ties
+
+
+@_jit
+def _replay_walk(
+    tb: Tables, r: int, A: NDArray[np.float64], u: NDArray[np.float64], mean_w: float,
+    d: NDArray[np.float64], step: NDArray[np.float64], point_buf: NDArray[np.float64],
+    dl: NDArray[np.float64], scratch: NDArray[np.float64],
+) -> None:
+    """The booster's accepted steps for round ``r``'s one tree (see :func:`_walk_once`).
+
+    Where the objective is summed exactly while the booster's own sums round differently
+    (``bt_tie > 0``), a step whose gain is within the tie band may have been decided either way:
+    the ways of deciding the near-ties are tried until the tree reproduces its stored leaf values
+    (the closest is kept). Decisions outside the band are never changed.
+    """
+    t = tb.round_ptr[r]
+    base, L = tb.leaf_off[t], tb.leaf_off[t + 1] - tb.leaf_off[t]
+    ties = _walk_once(tb, r, A, u, mean_w, d, step, point_buf, dl, scratch, 0)
+    if ties == 0:
+        return
+    scale = max(1.0, np.abs(tb.stored[base : base + L]).max())
+    best_flips, best = 0, np.abs(tb.lr[t] * u[base : base + L] - tb.stored[base : base + L]).max()
+    flips, last = 1, 0
+    while best > 1e-13 * scale and flips < min(1 << min(ties, 20), _MAX_TIE_PATHS):
+        ties = max(ties, _walk_once(tb, r, A, u, mean_w, d, step, point_buf, dl, scratch, flips))
+        last = flips
+        res = np.abs(tb.lr[t] * u[base : base + L] - tb.stored[base : base + L]).max()
+        if res < best:
+            best_flips, best = flips, res
+        flips += 1
+    if last != best_flips:
+        _walk_once(tb, r, A, u, mean_w, d, step, point_buf, dl, scratch, best_flips)
+
+
+@numba.njit(cache=True, nogil=True)
+def replay(tb: Tables, A: NDArray[np.float64]) -> None:
     """Recompute every leaf value from the data and fill the caches of ``tb`` in place.
 
     ``A`` (n, K) holds the initial margins on entry and the final ones on return; the recomputed
-    leaf values are ``tb.values``. Accepted step scales are taken as recorded (never re-decided).
-    Margins move by the *stored* leaf values, so every tree is recomputed at the booster's own
-    margins and a last-bit difference in one tree cannot cascade into the next.
+    leaf values are ``tb.values``. Steps take their recorded scales, except in backtracking trees,
+    whose accepted steps are decided here as the booster decides them (and recorded in
+    ``tb.n_steps`` / ``tb.scales``). Margins move by the *stored* leaf values, so every tree is
+    recomputed at the booster's own margins and a last-bit difference in one tree cannot cascade
+    into the next.
     """
     n, K = A.shape
-    W = tb.w.sum() / n
+    mean_w = tb.w.sum() / n
     u = np.zeros(tb.leaf_off[-1])
-    z = np.empty(tb.zsize)
-    g = np.empty(K)
-    h = np.empty(K)
-    mrow = np.empty(K)
-    unit = np.zeros(K)
-    dg = np.empty(K)
-    dh = np.empty(K)
-    group_sums = tb.GV.shape[0] > 0
+    step = np.zeros(tb.leaf_off[-1])
+    most_leaves, _ = round_sizes(tb)
+    d = np.empty(most_leaves)
+    dl = np.empty(most_leaves)
+    point_buf = np.empty(n)
+    scratch = np.empty((7, max(K, tb.zsize)))
     for r in range(tb.round_ptr.shape[0] - 1):
         t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
-        for s in range(tb.n_steps[t0]):  # trees sharing a round take one step each
-            for t in range(t0, t1):
-                o = tb.sl_off[tb.step_ptr[t] + s]
-                L = tb.leaf_off[t + 1] - tb.leaf_off[t]
-                tb.G[o : o + L] = 0.0
-                tb.H[o : o + L] = 0.0
-                if group_sums:
-                    tb.GV[o : o + L] = 0.0
-                    tb.HV[o : o + L] = 0.0
-            multi = tb.n_steps[t0] > 1
-            for j in range(n):
-                row_margin(tb, r, A, j, u, mrow)
-                point(tb.code, tb.prm, mrow, z)
-                grad_hess(tb.code, tb.prm, tb.y[j], z, g, h)
-                wj = tb.w[j]
+        rl0 = tb.leaf_off[t0]
+        if tb.backtrack[t0]:
+            _replay_walk(tb, r, A, u, mean_w, d, step, point_buf, dl, scratch)
+        else:
+            for s in range(tb.n_steps[t0]):  # trees sharing a round take one step each
+                _replay_sums(tb, r, s, A, u, scratch)
+                _replay_steps(tb, r, s, mean_w, u, d)
                 for t in range(t0, t1):
-                    c = tb.out[t]
-                    sl = tb.sl_off[tb.step_ptr[t] + s] + tb.leaf[t, j]
-                    wg, wh = weighted(tb.code, g[c], h[c], wj, tb.f32)
-                    tb.G[sl] += wg
-                    tb.H[sl] += wh if tb.newton[t] else wj
-                    if group_sums:
-                        tb.GV[sl, tb.grp[j]] += tb.v[j] * g[c]
-                        tb.HV[sl, tb.grp[j]] += tb.v[j] * (h[c] if tb.newton[t] else 1.0)
-                    if multi:  # d/du of the sums, for the steps after this one
-                        unit[c] = 1.0
-                        jvp(tb.code, tb.prm, tb.y[j], z, unit, dg, dh)
-                        unit[c] = 0.0
-                        tb.SDG[sl] += wj * dg[c]
-                        tb.SDH[sl] += wj * dh[c]
-            for t in range(t0, t1):
-                base = tb.leaf_off[t]
-                o = tb.sl_off[tb.step_ptr[t] + s]
-                for lj in range(tb.leaf_off[t + 1] - base):
-                    lam = tb.l2[base + lj] + tb.l2m[t] * W
-                    d, rg, rd = leaf_step(tb.G[o + lj], tb.H[o + lj], lam, tb.l1[t], tb.mds[t])
-                    tb.u_before[o + lj] = u[base + lj]
-                    tb.RG[o + lj] = rg
-                    tb.RD[o + lj] = rd
-                    u[base + lj] += tb.scales[t, s] * d
+                    for gl in range(tb.leaf_off[t], tb.leaf_off[t + 1]):
+                        u[gl] += tb.scales[t, s] * d[gl - rl0]
         for t in range(t0, t1):
             for gl in range(tb.leaf_off[t], tb.leaf_off[t + 1]):
                 tb.values[gl] = tb.lr[t] * u[gl]

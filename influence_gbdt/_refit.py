@@ -7,9 +7,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from . import _jit as numba
-from ._kernels import NONE, add_round, leaf_step, round_sizes, select_leaves, step_point
+from ._kernels import NONE, add_round, leaf_step, round_sizes, select_leaves, step_point, tree_objective
 from ._tables import Tables
-from .losses import grad_hess, point, value, weighted
+from .losses import grad_hess, point, weighted
 
 
 @numba.njit(cache=True, nogil=True)
@@ -87,21 +87,6 @@ def _round_steps(
 
 
 @numba.njit(cache=True, nogil=True)
-def _tree_loss(
-    tb: Tables, t: int, A: NDArray[np.float64], delta: NDArray[np.float64], u: NDArray[np.float64],
-    w_new: NDArray[np.float64], sel: NDArray[np.bool_], every: bool, i0: int, mrow: NDArray[np.float64],
-) -> float:
-    """The weighted training loss with tree ``t``'s leaves moved by ``u`` (row ``i0`` deleted)."""
-    track = delta.shape[0] > 0
-    total = 0.0
-    for j in range(A.shape[0]):
-        if j != i0:
-            _margin(tb, t, A, delta, track and (every or sel[tb.leaf_off[t] + tb.leaf[t, j]]), j, u, mrow)
-            total += w_new[j] * value(tb.code, tb.prm, tb.y[j], mrow)
-    return total
-
-
-@numba.njit(cache=True, nogil=True)
 def refit_one(  # noqa: C901 -- one loop nest over rounds and steps, with the backtracking walk
     tb: Tables, A0: NDArray[np.float64], i0: int, mode: int, k: int,
     shift: NDArray[np.float64], fac_new: NDArray[np.float64], changed: bool,
@@ -128,12 +113,14 @@ def refit_one(  # noqa: C901 -- one loop nest over rounds and steps, with the ba
     n_total = tb.leaf_off[-1]
     out = np.empty(n_total)
     u = np.zeros(n_total)
-    u_try = np.zeros(n_total)
+    step = np.zeros(n_total)
     sel = np.zeros(n_total, dtype=np.bool_)
     most_leaves, _ = round_sizes(tb)
     Gs = np.empty(most_leaves)
     Hs = np.empty(most_leaves)
     d = np.empty(most_leaves)
+    dl = np.empty(most_leaves)
+    point_buf = np.empty(n)
     scratch = np.empty((4, max(K, tb.zsize)))
     mrow = np.empty(K)
     for r in range(tb.round_ptr.shape[0] - 1):
@@ -148,13 +135,15 @@ def refit_one(  # noqa: C901 -- one loop nest over rounds and steps, with the ba
             accepted, scale = 0, 1.0
             _round_sums(tb, r, 0, A, delta, u, w_new, sel, every, changed, i0, Gs, Hs, scratch)
             _round_steps(tb, r, Gs, Hs, mean_w, d)
-            current = _tree_loss(tb, t0, A, delta, u, w_new, sel, every, i0, mrow)
+            step[rl0:rl1] = 0.0
+            current = tree_objective(tb, t0, A, delta, sel, every, u, step, w_new, i0, point_buf, dl, mrow)
             for it in range(tb.n_iter[t0]):
                 for gl in range(rl0, rl1):
-                    u_try[gl] = u[gl] + scale * d[gl - rl0]
-                trial = _tree_loss(tb, t0, A, delta, u_try, w_new, sel, every, i0, mrow)
+                    step[gl] = scale * d[gl - rl0]
+                trial = tree_objective(tb, t0, A, delta, sel, every, u, step, w_new, i0, point_buf, dl, mrow)
                 if trial < current:
-                    u[rl0:rl1] = u_try[rl0:rl1]
+                    for gl in range(rl0, rl1):
+                        u[gl] += step[gl]
                     current, accepted, scale = trial, accepted + 1, 1.0
                     if it + 1 < tb.n_iter[t0]:
                         _round_sums(

@@ -98,6 +98,10 @@ class InfluenceEngine:
         max |recomputed - stored| leaf value per tree.
     residual, relative_residual : float
         max of ``tree_residual``, and the same divided by max |stored leaf value|.
+    n_steps : ndarray of shape (T,)
+        Leaf steps each tree takes (decided by the replay for backtracking trees).
+    step_scales : ndarray of shape (T, S)
+        The scale each step was accepted at (0 for a step computed but never accepted).
     """
 
     def __init__(self, ensemble: TreeEnsemble, n_threads: int | None = None) -> None:
@@ -112,6 +116,8 @@ class InfluenceEngine:
         K.replay(self._tables, margin)
         self._margin = margin
         self.leaf_values: NDArray[np.float64] = self._tables.values
+        self.n_steps: NDArray[np.int64] = self._tables.n_steps
+        self.step_scales: NDArray[np.float64] = self._tables.scales
         self.train_margin: NDArray[np.float64] = margin[:, 0] if e.n_outputs == 1 else margin
         diff = np.abs(self.leaf_values - e.leaf_values)
         self.tree_residual: NDArray[np.float64] = np.maximum.reduceat(diff, e.leaf_offset[:-1])

@@ -33,7 +33,11 @@ gradient and hessian of the :class:`~influence_gbdt.losses.Loss`. Trees with sev
 alone in their round. With ``backtracking[t]`` (CatBoost's AnyImprovement) each of the tree's
 ``n_iterations[t]`` iterations tries the current step at the current scale and accepts it only if
 the whole training set's weighted loss falls; otherwise the scale halves for the next try. The
-accepted scales of the trained model are ``step_scales``; a refit on changed data re-decides them.
+engine decides those steps itself, in the replay (so the self-check verifies them) and again on
+changed data; ``backtracking_objective`` says how the booster computes the loss it compares
+(``"exact"``, or ``"fast_logloss"`` / ``"fast_cross_entropy"`` / ``"fast_poisson"``: CatBoost's
+approximate exp-space arithmetic, which decides near-ties differently, with ``objective_threads``
+its training thread count), and ``step_scales`` / ``n_steps`` of backtracking trees are ignored.
 
 Base margin (``base_rule``)
 ---------------------------
@@ -56,7 +60,7 @@ from row *counts*; float32 rounding is not differentiated) and through the base 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -143,6 +147,10 @@ class TreeEnsemble:
         Whether steps are accepted only when the training loss improves (CatBoost AnyImprovement).
     n_iterations : ndarray of shape (T,), int64
         Step tries of a backtracking tree (accepted or not); ``n_steps`` otherwise.
+    backtracking_objective : {"exact", "fast_logloss", "fast_cross_entropy", "fast_poisson"}
+        How the booster computes the loss a backtracking step must lower (module docstring).
+    objective_threads : int
+        The booster's training thread count, which splits the fast objective's rows into ranges.
     loss : Loss
         The training loss (name, parameters, outputs, e.g. the hessian floor).
     base_margin : ndarray of shape (K,), float64
@@ -191,6 +199,8 @@ class TreeEnsemble:
     step_scales: NDArray[np.float64]
     backtracking: NDArray[np.bool_]
     n_iterations: NDArray[np.int64]
+    backtracking_objective: str
+    objective_threads: int
     loss: Loss
     base_margin: NDArray[np.float64]
     base_rule: str
@@ -253,6 +263,20 @@ class TreeEnsemble:
         """``d w / d v`` per row, ``dataset_factor * objective_factor`` of its group, shape (n,)."""
         return (self.dataset_factor * self.objective_factor)[self.weight_group]
 
+    def head(self, n_trees: int) -> TreeEnsemble:
+        """The ensemble of the first ``n_trees`` trees (same data, loss and base margin).
+
+        Whole rounds only: ``n_trees`` must end a round.
+        """
+        T = int(n_trees)
+        if not 1 <= T <= self.n_trees or (T < self.n_trees and self.tree_round[T] == self.tree_round[T - 1]):
+            raise InputError(f"head needs a number of trees that ends a round, in 1 .. {self.n_trees}.")
+        leaves = int(self.leaf_offset[T])
+        per_tree = {name: getattr(self, name)[:T] for name in (
+            "leaf_index", "n_leaves", "tree_output", "tree_round", "newton", "learning_rate", "l1",
+            "max_delta_step", "l2_per_mean_weight", "n_steps", "step_scales", "backtracking", "n_iterations")}
+        return replace(self, leaf_values=self.leaf_values[:leaves], l2=self.l2[:leaves], **per_tree)
+
     def tree_leaf_values(self, t: int) -> NDArray[np.float64]:
         """Stored leaf values of tree ``t``, ndarray of shape (n_leaves[t],)."""
         return self.leaf_values[self.leaf_offset[t] : self.leaf_offset[t + 1]]
@@ -278,6 +302,8 @@ class TreeEnsemble:
         n_steps: ArrayLike | None = None,
         backtracking: ArrayLike = False,
         n_iterations: ArrayLike | None = None,
+        backtracking_objective: str = "exact",
+        objective_threads: int = 1,
         hessian_floor: float = 0.0,
         base_margin: ArrayLike = 0.0,
         base_rule: str = "fixed",
@@ -319,6 +345,8 @@ class TreeEnsemble:
             Accepted step scales; default one step of scale 1 per tree.
         n_steps, n_iterations : array-like of shape (T,), optional
             Accepted steps (default: all ``S`` columns) and tries (default: ``n_steps``).
+        backtracking_objective : str
+        objective_threads : int
         hessian_floor : float
             With a loss name: the booster's hessian floor.
         base_margin : scalar or (K,)
@@ -422,6 +450,15 @@ class TreeEnsemble:
         shared = np.bincount(rounds)[rounds] > 1
         if np.any(shared & (steps > 1)) or np.any(shared & (tries > 1)):
             raise InputError("A tree with several leaf steps must be alone in its round.")
+        fast = {"fast_logloss": "logloss", "fast_cross_entropy": "logloss", "fast_poisson": "poisson"}
+        if backtracking_objective not in ("exact", *fast):
+            raise InputError(f"backtracking_objective must be 'exact' or one of {sorted(fast)}, "
+                             f"got {backtracking_objective!r}.")
+        if backtracking_objective != "exact" and loss_obj.name != fast[backtracking_objective]:
+            raise InputError(f"backtracking_objective={backtracking_objective!r} needs the "
+                             f"{fast[backtracking_objective]} loss, not {loss_obj.name}.")
+        if int(objective_threads) < 1:
+            raise InputError(f"objective_threads must be >= 1, got {objective_threads}.")
 
         labels = loss_obj.as_labels(y, "training labels")
         if labels.shape[0] != n_rows:
@@ -466,6 +503,8 @@ class TreeEnsemble:
             step_scales=np.ascontiguousarray(scales),
             backtracking=_per_tree("backtracking", backtracking, n_trees, np.bool_),
             n_iterations=tries,
+            backtracking_objective=backtracking_objective,
+            objective_threads=int(objective_threads),
             loss=loss_obj,
             base_margin=_per_row("base_margin", base_margin, (K,), 0.0),
             base_rule=base_rule,
