@@ -71,6 +71,7 @@ class CatBoostTrees(ModelTrees):
     """
 
     library: ClassVar[str] = "catboost"
+    codes_are_labels: ClassVar[bool] = False
 
     def __init__(self, model: Any) -> None:
         super().__init__(model)

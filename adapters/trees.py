@@ -88,6 +88,10 @@ class ModelTrees(ABC):
     def decision_threshold(self) -> float:
         return 0.0
 
+    #: Whether a categorical code is the label itself when the model stores no labels (integer-coded
+    #: categories); False where codes are hashes of the labels (CatBoost).
+    codes_are_labels: ClassVar[bool] = True
+
     def category_codes(self, feature: int, labels: ArrayLike) -> NDArray[np.float64]:
         """Codes the trees compare for categorical ``feature`` given its labels, shape (n,), float64.
 
