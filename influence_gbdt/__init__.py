@@ -10,9 +10,11 @@ on chosen test predictions (score > 0 = harmful)::
 
 from .errors import InfluenceError, InputError, NotFittedError, ReproductionError, UnsupportedModelError
 from .explainer import BoostingInfluence
+from .tweaking import FeatureTweaking
 
 __all__ = [
     "BoostingInfluence",
+    "FeatureTweaking",
     "InfluenceError",
     "InputError",
     "NotFittedError",
