@@ -194,6 +194,9 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
     demo.set_defaults(run=_cmd_demo)
+    from .cli_tweak import add_parser as add_tweak  # the tweak subcommand lives in its own module
+
+    add_tweak(sub)
     return parser
 
 
