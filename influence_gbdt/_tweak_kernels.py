@@ -30,12 +30,31 @@ def _sum_leaves(  # noqa: C901 -- one loop nest; helpers would cost a call per n
     cat_offset: NDArray[np.int64],
     cat_codes: NDArray[np.int64],
     value: NDArray[np.float64],
+    z0: NDArray[np.float64],
+    node0: NDArray[np.int64],
+    uses: NDArray[np.bool_],
 ) -> NDArray[np.float64]:
     n, k = Z.shape[0], value.shape[1]
     out = np.zeros((n, k))
+    changed = np.empty(Z.shape[1], dtype=np.int64)
     for i in range(n):
+        n_changed = 0
+        if node0.size:  # features where row i differs from the base row z0
+            for f in range(Z.shape[1]):
+                a, b = Z[i, f], z0[f]
+                if a != b and not (np.isnan(a) and np.isnan(b)):
+                    changed[n_changed] = f
+                    n_changed += 1
         for t in range(roots.size):
             node = roots[t]
+            if node0.size:
+                reused = True
+                for c in range(n_changed):
+                    if uses[t, changed[c]]:
+                        reused = False
+                        break
+                if reused:  # the tree reads no changed feature: the base row's leaf
+                    node = node0[t]
             while left[node] >= 0:
                 x = Z[i, feature[node]]
                 mt = missing_type[node]
@@ -68,11 +87,37 @@ def _sum_leaves(  # noqa: C901 -- one loop nest; helpers would cost a call per n
     return out
 
 
-def predict_margin(structure: TreeStructure, X: NDArray[np.float64]) -> NDArray[np.float64]:
+def tree_uses(structure: TreeStructure) -> NDArray[np.bool_]:
+    """Whether tree t splits on feature f, ndarray of shape (n_trees, n_features)."""
+    s = structure
+    uses = np.zeros((s.n_trees, s.n_features), dtype=bool)
+    inner = ~s.is_leaf
+    uses[s.node_tree[inner], s.feature[inner]] = True
+    return uses
+
+
+class Base:
+    """A row whose leaves are known, so that rows differing from it in a few features only walk the
+    trees that read one of those features: ``uses`` (n_trees, n_features) from :func:`tree_uses`."""
+
+    def __init__(self, structure: TreeStructure, x: NDArray[np.float64], uses: NDArray[np.bool_]) -> None:
+        self.z = np.ascontiguousarray(structure.prepare_inputs(x[None, :])[0])
+        self.nodes = np.ascontiguousarray(structure.apply_nodes(self.z[None, :], prepared=True)[0])
+        self.uses = np.ascontiguousarray(uses)
+
+
+_NO_BASE = (np.empty(0), np.empty(0, dtype=np.int64), np.empty((0, 0), dtype=bool))
+
+
+def predict_margin(
+    structure: TreeStructure, X: NDArray[np.float64], base: Base | None = None
+) -> NDArray[np.float64]:
     """Margins of rows (n_rows, n_features), shape (n_rows, n_outputs): ``structure.predict_margin(X)``
-    up to summation order (trees in order here, pairwise in numpy)."""
+    up to summation order (trees in order here, pairwise in numpy). With ``base``, trees that read
+    none of the features in which a row differs from the base row reuse the base row's leaf."""
     s = structure
     Z = np.ascontiguousarray(s.prepare_inputs(X))
+    extra = _NO_BASE if base is None else (base.z, base.nodes, base.uses)
     total = _sum_leaves(
         Z,
         s.tree_offset[:-1],
@@ -87,5 +132,6 @@ def predict_margin(structure: TreeStructure, X: NDArray[np.float64]) -> NDArray[
         s.cat_offset,
         s.cat_codes,
         np.ascontiguousarray(s.value),
+        *extra,
     )
     return s.base_margin[None, :] + s.scale * total

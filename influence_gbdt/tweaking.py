@@ -203,6 +203,11 @@ class FeatureTweaking:
         self.feature_names_in_ = np.asarray(codec.columns, dtype=object)
         self.reference_ = None if X is None else codec.encode(X)
         self.reference_class_ = None if X is None else reader.predict_index(X)
+        self._reference_by_class = (
+            []
+            if self.reference_ is None
+            else [self.reference_[self.reference_class_ == c] for c in range(len(self.classes_))]
+        )
         extra = [np.asarray(list(codec.labels[f]), dtype=np.float64) for f in range(s.n_features)]
         self.grid_ = Grid(s, extra_codes=extra)
         self.scale_ = self._scales(self.reference_)
@@ -419,13 +424,12 @@ class FeatureTweaking:
         self, x: NDArray[np.float64], frozen: NDArray[np.bool_], con: Constraints, cost: Cost
     ) -> Callable[[int], NDArray[np.float64] | None]:
         """Nearest reference rows of a class that satisfy the constraints for row ``x``."""
-        ref, ref_class = self.reference_, self.reference_class_
         k = int(self.n_reference)
 
         def rows(klass: int) -> NDArray[np.float64] | None:
-            if ref is None or ref_class is None or k <= 0:
+            if self.reference_ is None or k <= 0:
                 return None
-            R = ref[ref_class == klass]
+            R = self._reference_by_class[klass]
             same = (R == x) | (np.isnan(R) & np.isnan(x))
             ok = np.all(same | (con.mutable & ~frozen), axis=1)
             with np.errstate(invalid="ignore"):
