@@ -4,12 +4,13 @@ The formulation follows Kantchelian et al. (2016, "Evasion and hardening of tree
 classifiers") on the cells of :mod:`._tweak_space`, so it searches exactly the space the heuristic
 searches (same representatives, same constraints) and its optimum measures the heuristic's gap:
 
-* numerical feature ``f`` with ``m`` thresholds: binaries ``p[f, j] = [cell <= j]``, ``j < m``,
-  non-decreasing in ``j``; cell ``k`` is chosen iff ``p[f, k] - p[f, k-1] = 1`` (``p[f, -1] = 0``,
-  ``p[f, m] = 1``), and a forbidden cell has that difference fixed to 0;
+* numerical feature ``f`` with ``m`` thresholds and x in cell ``c``: binaries ``u[j]``, ``j < m``,
+  ``[cell <= j]`` for ``j < c`` and ``[cell > j]`` for ``j >= c``, monotone away from ``c``, so that
+  all zeros is x's own cell and the cost needs no constant term (a constant would loosen the
+  solver's relative optimality gap); a forbidden cell has its two neighbouring binaries tied;
 * categorical feature: one binary per allowed cell, summing to 1;
 * leaf ``l``: continuous ``y[l]`` in [0, 1], one per tree summing to 1; at each node ``n`` the leaves
-  below its left child sum to at most "n goes left" (``p[f, j]``, or the sum of the categorical
+  below its left child sum to at most "n goes left" (``u[j]`` or ``1 - u[j]``, or the sum of the categorical
   binaries of the listed codes) and those below its right child to at most one minus it, so ``y`` is
   the indicator of the leaf the chosen cells reach;
 * the target score (a linear function of ``y``) is at least ``delta``;
@@ -75,8 +76,11 @@ class _Model:
         self.row_hi.append(hi)
 
 
-#: "node n goes left" as a linear expression: (columns, coefficients).
-_Expr = tuple[NDArray[np.int64], NDArray[np.float64]]
+#: Relative optimality tolerance given to HiGHS (its default, 1e-4, would hide small heuristic gaps).
+MIP_REL_GAP = 1e-7
+
+#: "node n goes left" as a linear expression: (columns, coefficients, constant).
+_Expr = tuple[NDArray[np.int64], NDArray[np.float64], float]
 
 
 def _categorical(
@@ -98,36 +102,54 @@ def _categorical(
         cols = np.array(
             [column_of[k] for k in np.flatnonzero(in_set).tolist() if k in column_of], dtype=np.int64
         )
-        left[n] = (cols, np.ones(cols.size))
+        left[n] = (cols, np.ones(cols.size), 0.0)
     return z
 
 
 def _numerical(
     model: _Model, point: Point, f: int, d: NDArray[np.float64], left: dict[int, _Expr]
-) -> tuple[NDArray[np.int64], float]:
-    """Cumulative binaries ``p[j] = [cell <= j]`` of numerical feature ``f``; returns their columns and
-    the constant part of the cost."""
+) -> NDArray[np.int64]:
+    """Binaries ``u[j]`` per threshold ``j`` of numerical feature ``f``, measured from x's cell ``c``:
+    ``u[j] = [cell <= j]`` below it (``j < c``) and ``[cell > j]`` from it on, so all zeros is x
+    itself and the cost has no constant (which would distort the solver's relative gap)."""
     g = point.grid
     s = g.structure
     feasible = np.isfinite(d)
-    m = d.size - 1
-    p = model.var(m, 0.0, 1.0, True)
-    for j in range(m - 1):
-        model.row(p[j : j + 2], np.array([1.0, -1.0]), -np.inf, 0.0)  # p_j <= p_j+1
-    # sum_k d_k (p_k - p_{k-1}) = sum_j p_j (d_j - d_{j+1}) + d_m; a forbidden cell k: p_k = p_{k-1}
+    m, c = d.size - 1, int(point.cell[f])
+    u = model.var(m, 0.0, 1.0, True)
+    for j in range(m - 1):  # the cell indicator stays one-hot: monotone u away from x's cell
+        if j + 1 < c:
+            model.row(u[j : j + 2], np.array([1.0, -1.0]), -np.inf, 0.0)  # p_j <= p_j+1
+        elif j + 1 == c:
+            model.row(u[j : j + 2], np.array([1.0, 1.0]), -np.inf, 1.0)  # p_c-1 <= 1 - q_c
+        else:
+            model.row(u[j : j + 2], np.array([-1.0, 1.0]), -np.inf, 0.0)  # q_j+1 <= q_j
+    # cost: sum over cells passed on the way from c, d_c = 0; a forbidden cell is passed, never chosen
     dd = np.where(feasible, d, 0.0)
     for j in range(m):
-        model.c[int(p[j])] = float(dd[j] - dd[j + 1])
-    for k in np.flatnonzero(~feasible).tolist():
-        if k == 0:
-            model.hi[int(p[0])] = 0.0
+        model.c[int(u[j])] = float(dd[j] - dd[j + 1]) if j < c else float(dd[j + 1] - dd[j])
+    for k in np.flatnonzero(~feasible).tolist():  # cell k chosen iff u[k] - u[k-1] (below c) = 1
+        if k < c:
+            model.row(u[k : k + 1], 1.0, 0.0, 0.0) if k == 0 else model.row(
+                np.array([u[k], u[k - 1]]), np.array([1.0, -1.0]), 0.0, 0.0
+            )
         elif k == m:
-            model.lo[int(p[m - 1])] = 1.0
+            model.hi[int(u[m - 1])] = 0.0
         else:
-            model.row(np.array([p[k], p[k - 1]]), np.array([1.0, -1.0]), 0.0, 0.0)
+            model.row(np.array([u[k - 1], u[k]]), np.array([1.0, -1.0]), 0.0, 0.0)
     for n in np.flatnonzero(~s.is_leaf & (s.feature == f)).tolist():
-        left[n] = (p[g.node_cut[n] : g.node_cut[n] + 1], np.ones(1))
-    return p, float(dd[m])
+        j = int(g.node_cut[n])  # "goes left" is [cell <= j] = u_j below c, 1 - u_j from c on
+        left[n] = (u[j : j + 1], np.ones(1), 0.0) if j < c else (u[j : j + 1], -np.ones(1), 1.0)
+    return u
+
+
+def _numerical_cell(u: NDArray[np.bool_], c: int) -> int:
+    """The cell the binaries of :func:`_numerical` choose."""
+    below = np.flatnonzero(u[:c])
+    if below.size:
+        return int(below[0])
+    above = np.flatnonzero(u[c:])
+    return c + int(above[-1]) + 1 if above.size else c
 
 
 def _node_rows(
@@ -145,13 +167,14 @@ def _node_rows(
         nodes, leaves = node[sel][order], leaf_of[sel][order]
         cuts = np.flatnonzero(np.diff(np.concatenate([[-1], nodes, [-2]])) != 0).tolist()
         for a, b in itertools.pairwise(cuts):
-            cols, coef = left[int(nodes[a])]
+            cols, coef, const = left[int(nodes[a])]
             ys = y[leaves[a:b]]
+            # left: sum y <= e; right: sum y <= 1 - e; with e = const + coef . cols
             model.row(
                 np.concatenate([ys, cols]),
                 np.concatenate([np.ones(ys.size), -coef if side else coef]),
                 -np.inf,
-                0.0 if side else 1.0,
+                const if side else 1.0 - const,
             )
 
 
@@ -179,7 +202,7 @@ def solve(point: Point, goal: Goal, cost: Cost, time_limit: float) -> ExactResul
         if g.categorical[f]:
             columns[f] = _categorical(model, point, f, d, left)
         else:
-            columns[f], _ = _numerical(model, point, f, d, left)
+            columns[f] = _numerical(model, point, f, d, left)
     y = model.var(g.leaves.size, 0.0, 1.0, False)
     for v in y[~g.leaves_agreeing(point.x, ~variable)].tolist():  # routed elsewhere by fixed features
         model.hi[v] = 0.0
@@ -193,7 +216,7 @@ def solve(point: Point, goal: Goal, cost: Cost, time_limit: float) -> ExactResul
         integrality=np.asarray(model.integer),
         bounds=Bounds(np.asarray(model.lo), np.asarray(model.hi)),
         constraints=LinearConstraint(A, np.asarray(model.row_lo), np.asarray(model.row_hi)),
-        options={"time_limit": time_limit, "disp": False},
+        options={"time_limit": time_limit, "disp": False, "mip_rel_gap": MIP_REL_GAP},
     )
     if res.x is None:
         return ExactResult(None, np.inf, "infeasible" if res.status == 2 else "time_limit", np.inf)
@@ -204,7 +227,7 @@ def solve(point: Point, goal: Goal, cost: Cost, time_limit: float) -> ExactResul
         if g.categorical[f]:
             cell = span[np.isfinite(point.dist[span])][int(np.argmax(chosen))]
         else:
-            cell = span[int(np.argmax(np.append(chosen, True)))]  # first j with p_j = 1, else the last cell
+            cell = span[_numerical_cell(chosen, int(point.cell[f]))]
         values[f] = point.rep[cell]
     status = "optimal" if res.status == 0 else "time_limit"
     gap = float(getattr(res, "mip_gap", 0.0) or 0.0)
