@@ -17,7 +17,12 @@ condition of the path. With additive boosting no single tree "votes", so the ada
    (and that satisfy the constraints) are candidates as they are.
 4. **polish**: each of the best solutions is improved coordinate-wise: every changed feature is tried
    at every cell between ``x``'s and its own, back to ``x``'s value, and the cheapest move that keeps
-   the target class is taken until none helps.
+   the target class is taken until none helps (descent). Then ``kicks`` times, the ``kick_width``
+   single changes of any feature that buy the most target score per unit of added cost are each
+   followed by a descent, and the cheapest result is kept if it beats the current one: switching a
+   category for 1 can let a numerical change shrink by more. On 100-tree Adult models this takes the
+   mean gap to the exact optimum from 0.09% to 0.02% (XGBoost), 0.19% to 0.09% (CatBoost) and 4.8%
+   to 4.4% (LightGBM, whose optima often switch several categories at once), for ~1.5x the time.
 """
 
 from __future__ import annotations
@@ -155,9 +160,12 @@ class Search:
         pool: int = 64,
         rounds: int = 6,
         keep: int = 4,
+        kicks: int = 2,
+        kick_width: int = 4,
     ) -> None:
         self.grid, self.cost, self.method = grid, cost, method
         self.beam_width, self.pool, self.rounds, self.keep = beam_width, pool, rounds, keep
+        self.kicks, self.kick_width = kicks, kick_width
         s = grid.structure
         self.leaf_values = s.value[grid.leaves]
         self.uses = tree_uses(s)
@@ -296,31 +304,70 @@ class Search:
             rest = np.flatnonzero(~hit & (c < best))
             if rest.size == 0:
                 return
+            # score gained per unit of cost ranks better than cost plus an optimistic cost-to-go
+            # (deficit / best single-box rate): measured mean gap 0.1% vs 3.4% on Adult, XGBoost
             rate = (score[rest] - x_score) / np.maximum(c[rest], 1e-12)
             rank = rest[np.argsort(-rate)][: self.beam_width]
             lo, hi, allowed = new_lo[rank], new_hi[rank], new_allowed[rank]
 
     def _polish(self, point: Point, goal: Goal, base: Base, found: Solutions) -> Solutions:
-        """Coordinate-wise improvement of each solution (see the module docstring)."""
-        x = point.x
-        out = Solutions.empty(x.size)
+        """Improve each solution: descend, then kick and descend again (see the module docstring)."""
+        out = Solutions.empty(point.x.size)
         for v, c, src in zip(found.values, found.cost, found.source, strict=True):
-            while True:
-                moves = self._moves(point, v)
-                if moves.shape[0] == 0:
+            v, c = self._descend(point, goal, base, v, float(c))
+            for _ in range(self.kicks):
+                kicked = self._kick(point, goal, base, v, c)
+                if kicked is None:
                     break
-                mc = self.cost(x, moves)
-                better = mc < c - 1e-12 * max(1.0, c)
-                if not better.any():
-                    break
-                moves, mc = moves[better], mc[better]
-                hit = self.evaluate(moves, goal, base) > goal.delta
-                if not hit.any():
-                    break
-                i = np.flatnonzero(hit)[np.argmin(mc[hit])]
-                v, c = moves[i], float(mc[i])
+                v, c = kicked
             out.add(v[None, :], np.array([c]), src)
         return out.best(self.keep)
+
+    def _descend(
+        self, point: Point, goal: Goal, base: Base, v: NDArray[np.float64], c: float
+    ) -> tuple[NDArray[np.float64], float]:
+        """Take the cheapest single-feature move towards x that keeps the target, until none helps."""
+        while True:
+            moves = self._moves(point, v)
+            if moves.shape[0] == 0:
+                return v, c
+            mc = self.cost(point.x, moves)
+            better = mc < c - 1e-12 * max(1.0, c)
+            if not better.any():
+                return v, c
+            moves, mc = moves[better], mc[better]
+            hit = self.evaluate(moves, goal, base) > goal.delta
+            if not hit.any():
+                return v, c
+            i = np.flatnonzero(hit)[np.argmin(mc[hit])]
+            v, c = moves[i], float(mc[i])
+
+    def _kick(
+        self, point: Point, goal: Goal, base: Base, v: NDArray[np.float64], c: float
+    ) -> tuple[NDArray[np.float64], float] | None:
+        """One more change that buys the most target score per unit of cost, then a descent: a
+        category switched for 1 may let a numerical change shrink by more. None if nothing helps."""
+        g = self.grid
+        cells = np.flatnonzero(np.isfinite(point.dist) & ~point.frozen[g.cell_feature])
+        cells = cells[point.rep[cells] != v[g.cell_feature[cells]]]
+        if cells.size == 0:
+            return None
+        moves = np.repeat(v[None, :], cells.size, axis=0)
+        moves[np.arange(cells.size), g.cell_feature[cells]] = point.rep[cells]
+        mc = self.cost(point.x, moves)
+        score = self.evaluate(moves, goal, base)
+        v_score = float(self.evaluate(v[None, :], goal, base)[0])
+        up = score > v_score
+        if not up.any():
+            return None
+        moves, mc, score = moves[up], mc[up], score[up]
+        added = np.maximum(mc - c, 1e-12)
+        best: tuple[NDArray[np.float64], float] | None = None
+        for i in np.argsort(-(score - v_score) / added)[: self.kick_width]:
+            w, wc = self._descend(point, goal, base, moves[i], float(mc[i]))
+            if wc < c - 1e-12 * max(1.0, c) and (best is None or wc < best[1]):
+                best = (w, wc)
+        return best
 
     def _moves(self, point: Point, v: NDArray[np.float64]) -> NDArray[np.float64]:
         """Rows equal to ``v`` except one changed feature moved to a cell between x's and v's."""
