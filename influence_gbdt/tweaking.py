@@ -15,6 +15,7 @@ for the exact search used to measure its optimality gap.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -132,26 +133,13 @@ class FeatureTweaking:
 
     # ------------------------------------------------------------------ scikit-learn plumbing
     def get_params(self, deep: bool = True) -> dict[str, Any]:
-        names = [
-            "model",
-            "epsilon",
-            "cost",
-            "immutable",
-            "bounds",
-            "integer",
-            "monotone",
-            "scale",
-            "categorical_cost",
-            "method",
-            "beam_width",
-            "pool",
-            "rounds",
-            "n_reference",
-            "time_limit",
-        ]
+        """The constructor settings, as in scikit-learn (``deep`` is ignored: the model is trained)."""
+        names = [p for p in inspect.signature(FeatureTweaking.__init__).parameters if p != "self"]
         return {name: getattr(self, name) for name in names}
 
     def set_params(self, **params: Any) -> FeatureTweaking:
+        """Change constructor settings, as in scikit-learn; they act at the next :meth:`fit`
+        (structure, scales, reference rows) or :meth:`tweak` (everything else). Returns self."""
         valid = self.get_params()
         for key, value in params.items():
             if key not in valid:
