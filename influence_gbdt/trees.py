@@ -38,6 +38,18 @@ ZERO_THRESHOLD = 1e-35
 #: The link between margin and prediction, as ``objective`` names it.
 OBJECTIVES = ("binary", "multiclass", "regression")
 _CHUNK = 1 << 16  # rows x trees per traversal block (bounds memory, keeps numpy arrays large)
+#: The one-dimensional per-node arrays of TreeStructure and their dtypes.
+_NODE_ARRAYS: dict[str, Any] = {
+    "feature": np.int32,
+    "threshold": np.float64,
+    "inclusive": bool,
+    "default_left": bool,
+    "missing_type": np.int8,
+    "left": np.int32,
+    "right": np.int32,
+    "is_categorical_split": bool,
+    "leaf_id": np.int32,
+}
 
 
 @dataclass(frozen=True, eq=False)
@@ -130,16 +142,7 @@ class TreeStructure:
 
     def __post_init__(self) -> None:
         n = self.feature.shape[0]
-        for name in (
-            "threshold",
-            "inclusive",
-            "default_left",
-            "missing_type",
-            "left",
-            "right",
-            "is_categorical_split",
-            "leaf_id",
-        ):
+        for name in _NODE_ARRAYS:
             if getattr(self, name).shape != (n,):
                 raise ValueError(
                     f"TreeStructure.{name} must have shape ({n},), got {getattr(self, name).shape}."
@@ -318,22 +321,7 @@ class StructureBuilder:
 
     def __init__(self, n_outputs: int) -> None:
         self.n_outputs = n_outputs
-        self._cols: dict[str, list[Any]] = {
-            k: []
-            for k in (
-                "feature",
-                "threshold",
-                "inclusive",
-                "default_left",
-                "missing_type",
-                "left",
-                "right",
-                "is_cat",
-                "cats",
-                "value",
-                "leaf_id",
-            )
-        }
+        self._cols: dict[str, list[Any]] = {k: [] for k in (*_NODE_ARRAYS, "cats", "value")}
         self._tree_offset = [0]
         self._tree_class: list[int] = []
 
@@ -362,7 +350,7 @@ class StructureBuilder:
         c["missing_type"].append(missing_type)
         c["left"].append(-1)
         c["right"].append(-1)
-        c["is_cat"].append(cats is not None)
+        c["is_categorical_split"].append(cats is not None)
         c["cats"].append(None if cats is None else np.asarray(cats, dtype=np.int64).ravel())
         c["value"].append(np.zeros(self.n_outputs) if value is None else value)
         c["leaf_id"].append(leaf_id)
@@ -395,20 +383,13 @@ class StructureBuilder:
         parts = [np.unique(s) if s is not None else np.empty(0, np.int64) for s in c["cats"]]
         cat_offset = np.zeros(self.n_nodes + 1, dtype=np.int64)
         cat_offset[1:] = np.cumsum([p.size for p in parts])
+        nodes: dict[str, Any] = {name: np.asarray(c[name], dtype=t) for name, t in _NODE_ARRAYS.items()}
         return TreeStructure(
             tree_offset=np.asarray(self._tree_offset, dtype=np.int64),
             tree_class=np.asarray(self._tree_class, dtype=np.int32),
-            feature=np.asarray(c["feature"], dtype=np.int32),
-            threshold=np.asarray(c["threshold"], dtype=np.float64),
-            inclusive=np.asarray(c["inclusive"], dtype=bool),
-            default_left=np.asarray(c["default_left"], dtype=bool),
-            missing_type=np.asarray(c["missing_type"], dtype=np.int8),
-            left=np.asarray(c["left"], dtype=np.int32),
-            right=np.asarray(c["right"], dtype=np.int32),
-            is_categorical_split=np.asarray(c["is_cat"], dtype=bool),
             cat_offset=cat_offset,
             cat_codes=np.concatenate(parts).astype(np.int64) if parts else np.empty(0, np.int64),
             value=values,
-            leaf_id=np.asarray(c["leaf_id"], dtype=np.int32),
+            **nodes,
             **meta,
         )
