@@ -12,6 +12,7 @@ from typing import Any
 from influence_gbdt.errors import UnsupportedModelError
 
 from .base import BoosterAdapter
+from .trees import ModelTrees, read_trees, trees_for
 
 #: Top-level module of the model's class -> "module:AdapterClass" (imported lazily).
 _REGISTRY: dict[str, str] = {
@@ -41,4 +42,4 @@ def adapter_for(model: Any, params: Mapping[str, Any] | None = None) -> BoosterA
     return adapter_cls(model, params)
 
 
-__all__ = ["BoosterAdapter", "adapter_for"]
+__all__ = ["BoosterAdapter", "ModelTrees", "adapter_for", "read_trees", "trees_for"]

@@ -18,9 +18,11 @@ from .errors import (
     UnsupportedModelError,
 )
 from .explainer import BoostingInfluence
+from .tweaking import FeatureTweaking
 
 __all__ = [
     "BoostingInfluence",
+    "FeatureTweaking",
     "InfluenceError",
     "InputError",
     "LongRunWarning",

@@ -358,6 +358,9 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=_count(0), default=0, help="random seed for the flips and CatBoost")
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
     demo.set_defaults(run=_cmd_demo)
+    from .cli_tweak import add_parser as add_tweak  # the tweak subcommand lives in its own module
+
+    add_tweak(sub)
     return parser
 
 

@@ -1,0 +1,187 @@
+"""Feature tweaking benchmark on UCI Adult; prints Markdown tables.
+
+1. Round trip of the tree structures: max |margin - booster margin| over train and test rows (relative
+   to the largest margin), and whether every leaf id equals the booster's.
+2. Rows per second on a 100-tree model per library (default depth: XGBoost 6, LightGBM 31 leaves,
+   CatBoost 6), for the paper's single paths and for the combined search, with the constraints of
+   the worked example in docs/feature-tweaking.md; the first call (numba loading) is excluded.
+3. Optimality gap, on 10 trees of depth 3 and on the 100-tree models: each heuristic's cost over
+   the exact MILP optimum of the same search space (``n_reference=0`` so that all search the same
+   cells; training rows sit off the cells and can undercut it by up to epsilon), and the time each
+   takes per row.
+
+Times are CPU seconds of this process (``time.process_time``), so that other work on a shared
+machine does not inflate them; the search itself is single-threaded.
+
+Run: ``python benchmarks/tweaking.py`` (about 5 CPU minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from influence_gbdt.adapters import trees_for
+
+from influence_gbdt import FeatureTweaking
+from influence_gbdt.datasets import ADULT_CATEGORICAL, load_adult
+
+LIBRARIES = ("xgboost", "lightgbm", "catboost")
+IMMUTABLE = ["age", "sex", "race", "native-country", "relationship", "marital-status", "fnlwgt"]
+SETTINGS: dict[str, Any] = {
+    "immutable": IMMUTABLE,
+    "bounds": {"hours-per-week": (1, 80)},
+    "monotone": {"education-num": "increase"},
+}
+
+
+def adult(library: str) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame]:
+    """Training rows, labels and test rows in the format each library takes categories in."""
+    X, y = load_adult("train")
+    X_test, _ = load_adult("test")
+    if library != "catboost":  # XGBoost and LightGBM read pandas categories; CatBoost strings
+        for col in ADULT_CATEGORICAL:
+            X[col] = X[col].astype("category")
+            X_test[col] = pd.Categorical(X_test[col], categories=X[col].cat.categories)
+    return X, y, X_test
+
+
+def model(library: str, X: pd.DataFrame, y: np.ndarray, n_trees: int, depth: int | None) -> Any:
+    if library == "xgboost":
+        import xgboost as xgb
+
+        extra = {} if depth is None else {"max_depth": depth}
+        return xgb.XGBClassifier(n_estimators=n_trees, enable_categorical=True, n_jobs=2, **extra).fit(X, y)
+    if library == "lightgbm":
+        import lightgbm as lgb
+
+        extra = {} if depth is None else {"num_leaves": 2**depth, "max_depth": depth}
+        return lgb.LGBMClassifier(n_estimators=n_trees, verbose=-1, n_jobs=2, **extra).fit(X, y)
+    import catboost as cb
+
+    extra = {} if depth is None else {"depth": depth}
+    return cb.CatBoostClassifier(
+        iterations=n_trees,
+        verbose=0,
+        thread_count=2,
+        cat_features=list(ADULT_CATEGORICAL),
+        one_hot_max_size=64,
+        allow_writing_files=False,
+        **extra,
+    ).fit(X, y)
+
+
+def round_trip(library: str, m: Any, X: pd.DataFrame, X_test: pd.DataFrame) -> dict[str, Any]:
+    reader = trees_for(m)
+    rows = pd.concat([X.iloc[:5000], X_test.iloc[:5000]], ignore_index=True)
+    ours = reader.structure.predict_margin(reader.encode(rows))
+    theirs = reader.raw_margin(rows)
+    same = np.array_equal(reader.structure.apply(reader.encode(rows)), reader.leaf_ids(rows))
+    return {
+        "library": library,
+        "trees": reader.structure.n_trees,
+        "max |margin diff|": f"{np.abs(ours - theirs).max():.1e}",
+        "relative": f"{np.abs(ours - theirs).max() / np.abs(theirs).max():.1e}",
+        "leaf ids equal": "yes" if same else "NO",
+    }
+
+
+def speed(library: str, m: Any, X: pd.DataFrame, queries: pd.DataFrame) -> list[dict[str, Any]]:
+    tables, seconds = {}, {}
+    for method in ("paths", "combine"):
+        ft = FeatureTweaking(m, method=method, **SETTINGS).fit(X)
+        ft.tweak(queries.head(2))  # load the compiled kernel
+        t0 = time.process_time()
+        tables[method] = ft.tweak(queries)
+        seconds[method] = time.process_time() - t0
+    both = tables["paths"]["cost"].notna() & tables["combine"]["cost"].notna()
+    return [
+        {
+            "library": library,
+            "method": method,
+            "rows per CPU s": f"{len(queries) / seconds[method]:.1f}",
+            "found": f"{table['cost'].notna().mean():.1%}",
+            "mean cost (rows both found)": f"{table.loc[both, 'cost'].mean():.3f}",
+            "training row wins": int((table["source"] == "training_row").sum()),
+        }
+        for method, table in tables.items()
+    ]
+
+
+HEURISTICS: dict[str, dict[str, Any]] = {
+    "paths": {"method": "paths"},
+    "combine": {"method": "combine"},
+    "combine, wide beam": {"method": "combine", "beam_width": 32, "pool": 256},
+}
+
+
+def gap(library: str, size: str, m: Any, X: pd.DataFrame, queries: pd.DataFrame) -> list[dict[str, Any]]:
+    """Cost of each heuristic over the exact optimum of the same cells, per row."""
+    costs, seconds = {}, {}
+    for name, kw in [*HEURISTICS.items(), ("exact", {"method": "exact", "time_limit": 60.0})]:
+        ft = FeatureTweaking(m, n_reference=0, **kw, **SETTINGS).fit(X)
+        ft.tweak(queries.head(1))
+        t0 = time.process_time()
+        costs[name] = ft.tweak(queries)["cost"].to_numpy()
+        seconds[name] = (time.process_time() - t0) / len(queries)
+    exact = costs["exact"]
+    solved = np.isfinite(exact) & (exact > 0)
+    rows = []
+    for name in [*HEURISTICS, "exact"]:
+        found = solved & np.isfinite(costs[name])
+        g = costs[name][found] / exact[found] - 1
+        rows.append(
+            {
+                "library": library,
+                "trees": size,
+                "method": name,
+                "CPU s/row": f"{seconds[name]:.3f}",
+                "found": f"{found.sum()}/{solved.sum()}",
+                "mean gap": f"{g.mean():.1%}" if g.size else "-",
+                "max gap": f"{g.max():.1%}" if g.size else "-",
+                "optimal": f"{(g <= 1e-7).mean():.0%}" if g.size else "-",
+            }
+        )
+    return rows
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    frame = pd.DataFrame(rows)
+    head = "| " + " | ".join(frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = ["| " + " | ".join(str(v) for v in r) + " |" for r in frame.itertuples(index=False)]
+    return "\n".join([head, rule, *body])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=200, help="query rows for the speed table")
+    parser.add_argument("--gap-rows", type=int, default=50, help="query rows for the gap table")
+    parser.add_argument("--libraries", nargs="+", default=list(LIBRARIES))
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    trips, speeds, gaps = [], [], []
+    for library in args.libraries:
+        X, y, X_test = adult(library)
+        big = model(library, X, y, 100, None)
+        trips.append(round_trip(library, big, X, X_test))
+        queries = X_test[np.asarray(big.predict(X_test)).ravel() == 0].head(args.rows)
+        speeds += speed(library, big, X, queries)
+        for label, m in (("10, depth 3", model(library, X, y, 10, 3)), ("100", big)):
+            queries = X_test[np.asarray(m.predict(X_test)).ravel() == 0].head(args.gap_rows)
+            gaps += gap(library, label, m, X, queries)
+        print(f"done: {library}", flush=True)
+    print("\n### Round trip (100 trees, 5,000 training + 5,000 test rows)\n")
+    print(markdown(trips))
+    print(f"\n### Speed (100 trees, {args.rows} test rows predicted <=50K)\n")
+    print(markdown(speeds))
+    print(f"\n### Optimality gap ({args.gap_rows} rows per model, no training-row candidates)\n")
+    print(markdown(gaps))
+
+
+if __name__ == "__main__":
+    main()

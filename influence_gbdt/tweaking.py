@@ -1,0 +1,527 @@
+"""Actionable feature tweaking (Tolomei et al., KDD 2017) for XGBoost, LightGBM and CatBoost.
+
+Given rows the model assigns to one class, find the cheapest change of their features that makes the
+*booster itself* assign them the target class, under the user's constraints::
+
+    from influence_gbdt import FeatureTweaking
+    ft = FeatureTweaking(model, cost="l2", immutable=["age"], bounds={"hours": (0, 80)})
+    ft.fit(X_train)                     # optional: per-feature scales, nearest-training-row fallback
+    table = ft.tweak(X_rejected)        # one row per input row: tweaked features, cost, prediction
+    ft.explain(X_rejected.iloc[[0]])    # the changed features of one row
+
+See :mod:`influence_gbdt._tweak_search` for the algorithm and :mod:`influence_gbdt._tweak_exact`
+for the exact search used to measure its optimality gap.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+from ._tweak_codec import Codec
+from ._tweak_exact import solve
+from ._tweak_search import EXACT, ROW, SOURCES, Cost, Goal, Search, Solutions
+from ._tweak_space import Constraints, Grid
+from .errors import InputError, UnsupportedModelError
+
+_METHODS = ("paths", "combine", "exact")
+
+
+class FeatureTweaking:
+    """Cheapest feature changes that move a tree ensemble's prediction to a target class.
+
+    Parameters
+    ----------
+    model : object
+        A trained XGBoost, LightGBM or CatBoost classifier (Booster or scikit-learn wrapper), binary
+        or multiclass. Stored as given.
+    epsilon : float, default=0.05
+        How far inside a split's region a tweaked value is placed, in units of the feature's scale
+        (the paper's epsilon): larger values are more robust, smaller ones cheaper.
+    cost : {"l2", "l1"} or callable, default="l2"
+        "l2": Euclidean norm of the per-feature scaled changes; "l1": their sum. A numerical change
+        of ``d`` counts ``|d| / scale``; changing a category counts ``categorical_cost``. A callable
+        ``cost(x, V) -> ndarray of shape (m,)`` receives one encoded row ``x`` (n_features,) and
+        candidate rows ``V`` (m, n_features) (categories as the trees' codes); ``method="exact"``
+        needs "l1" or "l2".
+    immutable : iterable of str or int, default=()
+        Features (names or positions) that must not change.
+    bounds : mapping, optional
+        ``{feature: (low, high)}``: a changed value must lie in [low, high] (None: unbounded).
+    integer : iterable of str or int, or "auto", default="auto"
+        Features whose changed values must be integers; "auto": the integer-typed columns of the
+        data passed to :meth:`fit` or :meth:`tweak`.
+    monotone : mapping, optional
+        ``{feature: +1 or -1}`` (or "increase" / "decrease"): the direction a feature may move.
+    scale : {"auto", "std", "mad"}, array-like, mapping or None, default="auto"
+        Unit of each numerical feature for cost and epsilon: "std" / "mad" of the data passed to
+        :meth:`fit` (a zero spread counts as 1), explicit values per feature, or None (1 for all).
+        "auto" is "std" when :meth:`fit` was given data, else None.
+    categorical_cost : float, default=1.0
+        Cost of changing a categorical feature (in scaled units).
+    method : {"combine", "paths", "exact"}, default="combine"
+        "paths": the paper (one leaf's path per candidate); "combine": paths plus intersections of
+        several leaves' paths (beam search), nearest target-class training rows and a coordinate
+        polish; "exact": the optimum of the same search space by mixed-integer programming (small
+        ensembles; needs SciPy), with the "combine" result as fallback.
+    beam_width, pool, rounds : int, default=8, 64, 6
+        Beam search size for "combine": boxes kept per round, single leaves tried against each, rounds.
+    n_reference : int, default=3
+        Nearest target-class training rows offered as candidates (needs :meth:`fit` data).
+    time_limit : float, default=10.0
+        Seconds per row and class for "exact".
+
+    Attributes
+    ----------
+    reader_ : ModelTrees
+        The model's tree reader (structure in ``reader_.structure``).
+    classes_ : ndarray
+        Class labels, in the model's order.
+    feature_names_in_ : ndarray of str
+    n_features_in_ : int
+    scale_ : ndarray of shape (n_features,)
+    reference_ : ndarray of shape (n_reference_rows, n_features) or None
+        Encoded reference rows; ``reference_class_`` is the class the booster gives each.
+
+    Notes
+    -----
+    Every returned row is checked with the booster's own ``predict``; a row for which no candidate
+    passes gets NaN. Missing values (NaN) of a row are never changed. With :meth:`fit` data, the cost
+    is never above that of the nearest reference row the booster assigns to the target class and
+    that satisfies the constraints (it is one of the candidates).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        epsilon: float = 0.05,
+        cost: str | Callable[..., NDArray[np.float64]] = "l2",
+        immutable: Iterable[str | int] = (),
+        bounds: Mapping[Any, tuple[float | None, float | None]] | None = None,
+        integer: Iterable[str | int] | str = "auto",
+        monotone: Mapping[Any, int | str] | None = None,
+        scale: Any = "auto",
+        categorical_cost: float = 1.0,
+        method: str = "combine",
+        beam_width: int = 8,
+        pool: int = 64,
+        rounds: int = 6,
+        n_reference: int = 3,
+        time_limit: float = 10.0,
+    ) -> None:
+        self.model = model
+        self.epsilon = epsilon
+        self.cost = cost
+        self.immutable = immutable
+        self.bounds = bounds
+        self.integer = integer
+        self.monotone = monotone
+        self.scale = scale
+        self.categorical_cost = categorical_cost
+        self.method = method
+        self.beam_width = beam_width
+        self.pool = pool
+        self.rounds = rounds
+        self.n_reference = n_reference
+        self.time_limit = time_limit
+
+    # ------------------------------------------------------------------ scikit-learn plumbing
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The constructor settings, as in scikit-learn (``deep`` is ignored: the model is trained)."""
+        names = [p for p in inspect.signature(FeatureTweaking.__init__).parameters if p != "self"]
+        return {name: getattr(self, name) for name in names}
+
+    def set_params(self, **params: Any) -> FeatureTweaking:
+        """Change constructor settings, as in scikit-learn; they act at the next :meth:`fit`
+        (structure, scales, reference rows) or :meth:`tweak` (everything else). Returns self."""
+        valid = self.get_params()
+        for key, value in params.items():
+            if key not in valid:
+                raise InputError(f"Unknown parameter {key!r}; valid: {sorted(valid)}.")
+            setattr(self, key, value)
+        return self
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, X: Any = None, y: Any = None) -> FeatureTweaking:
+        """Read the model's trees and, optionally, learn from reference (training) data.
+
+        Parameters
+        ----------
+        X : DataFrame or array-like of shape (n_rows, n_features), optional
+            Reference rows in the model's input format (usually the training data): they give the
+            per-feature scales (``scale="auto"``/"std"/"mad") and the target-class rows offered as
+            candidates. Without it, tweaking still works (unit scales, no row fallback).
+        y : ignored
+            Present for scikit-learn compatibility: reference rows are grouped by the class the
+            booster predicts for them, which is what a candidate must reproduce.
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        UnsupportedModelError
+            The model is not a classifier, or its trees cannot be read.
+        InputError
+            Invalid settings (the message names the parameter).
+        """
+        from .adapters.trees import trees_for
+
+        self._check_settings()
+        reader = trees_for(self.model)
+        s = reader.structure
+        if s.objective == "regression":
+            raise UnsupportedModelError(
+                "Feature tweaking moves a prediction to a target class: pass a classifier (binary or "
+                "multiclass), not a regression model."
+            )
+        self.reader_ = reader
+        self.classes_ = np.asarray(reader.classes)
+        self.n_features_in_ = s.n_features
+        # Without reference data the input format is taken from each call of tweak.
+        self._codec = Codec(reader, X) if X is not None else None
+        codec = self._codec or Codec(reader, np.zeros((1, s.n_features)))
+        self.feature_names_in_ = np.asarray(codec.columns, dtype=object)
+        self.reference_ = None if X is None else codec.encode(X)
+        self.reference_class_ = None if X is None else reader.predict_index(X)
+        self._reference_by_class = (
+            []
+            if self.reference_ is None
+            else [self.reference_[self.reference_class_ == c] for c in range(len(self.classes_))]
+        )
+        extra = [np.asarray(list(codec.labels[f]), dtype=np.float64) for f in range(s.n_features)]
+        self.grid_ = Grid(s, extra_codes=extra)
+        self.scale_ = self._scales(self.reference_)
+        self._integer_auto = self._integer_columns(X) if X is not None else np.zeros(s.n_features, bool)
+        return self
+
+    def _check_settings(self) -> None:
+        if self.method not in _METHODS:
+            raise InputError(f"method must be one of {_METHODS}, got {self.method!r}.")
+        if not callable(self.cost) and self.cost not in ("l1", "l2"):
+            raise InputError(f"cost must be 'l1', 'l2' or a callable, got {self.cost!r}.")
+        if self.method == "exact" and callable(self.cost):
+            raise InputError("method='exact' needs a separable cost: use cost='l1' or 'l2'.")
+        if not (np.isfinite(self.epsilon) and self.epsilon >= 0):
+            raise InputError(f"epsilon must be a finite number >= 0, got {self.epsilon!r}.")
+        if self.categorical_cost <= 0:
+            raise InputError(f"categorical_cost must be > 0, got {self.categorical_cost!r}.")
+        for name in ("beam_width", "pool", "rounds"):
+            if int(getattr(self, name)) < 1:
+                raise InputError(f"{name} must be >= 1, got {getattr(self, name)!r}.")
+
+    def _feature_index(self, key: str | int, what: str) -> int:
+        names = [str(n) for n in self.feature_names_in_]
+        if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+            if 0 <= int(key) < len(names):
+                return int(key)
+        elif str(key) in names:
+            return names.index(str(key))
+        raise InputError(f"{what}: {key!r} is not a feature of the model (features: {names}).")
+
+    def _scales(self, ref: NDArray[np.float64] | None) -> NDArray[np.float64]:
+        F = self.n_features_in_
+        kind = self.scale
+        if kind == "auto":
+            kind = "std" if ref is not None else None
+        if kind is None:
+            return np.ones(F)
+        if isinstance(kind, str):
+            if kind not in ("std", "mad"):
+                raise InputError(
+                    f"scale must be 'auto', 'std', 'mad', None or per-feature values, got {kind!r}."
+                )
+            if ref is None:
+                raise InputError(f"scale={kind!r} needs reference data: call fit(X_train) first.")
+            with np.errstate(invalid="ignore"):
+                if kind == "std":
+                    spread = np.nanstd(ref, axis=0)
+                else:
+                    spread = np.nanmedian(np.abs(ref - np.nanmedian(ref, axis=0)), axis=0)
+            spread = np.where(np.isfinite(spread) & (spread > 0), spread, 1.0)
+            return np.where(self.reader_.structure.feature_is_categorical, 1.0, spread)
+        if isinstance(kind, Mapping):
+            out = np.ones(F)
+            for key, value in kind.items():
+                out[self._feature_index(key, "scale")] = float(value)
+        else:
+            out = np.asarray(kind, dtype=np.float64).ravel()
+            if out.shape != (F,):
+                raise InputError(f"scale must have one value per feature ({F}), got shape {out.shape}.")
+        if not (np.isfinite(out).all() and (out > 0).all()):
+            raise InputError("scale values must be finite and > 0.")
+        return out
+
+    def _integer_columns(self, X: Any) -> NDArray[np.bool_]:
+        F = self.n_features_in_
+        if isinstance(X, pd.DataFrame):
+            return np.array([pd.api.types.is_integer_dtype(t) for t in X.dtypes], dtype=bool)
+        arr = np.asarray(X)
+        return np.full(F, np.issubdtype(arr.dtype, np.integer))
+
+    def _constraints(self, X: Any) -> Constraints:
+        F = self.n_features_in_
+        cat = self.reader_.structure.feature_is_categorical
+        mutable = np.ones(F, dtype=bool)
+        for key in self.immutable:
+            mutable[self._feature_index(key, "immutable")] = False
+        lower, upper = np.full(F, -np.inf), np.full(F, np.inf)
+        for key, pair in (self.bounds or {}).items():
+            f = self._feature_index(key, "bounds")
+            if cat[f]:
+                raise InputError(f"bounds: feature {key!r} is categorical; bounds apply to numbers.")
+            lo, hi = pair
+            lower[f] = -np.inf if lo is None else float(lo)
+            upper[f] = np.inf if hi is None else float(hi)
+            if lower[f] > upper[f]:
+                raise InputError(f"bounds: {key!r} has low {lo} above high {hi}.")
+        direction = np.zeros(F, dtype=np.int64)
+        for key, way in (self.monotone or {}).items():
+            f = self._feature_index(key, "monotone")
+            sign = {"increase": 1, "decrease": -1, 1: 1, -1: -1}.get(way)
+            if sign is None or cat[f]:
+                raise InputError(
+                    f"monotone: {key!r} must map to +1/'increase' or -1/'decrease' on a numerical feature."
+                )
+            direction[f] = sign
+        if isinstance(self.integer, str):
+            if self.integer != "auto":
+                raise InputError(f"integer must be 'auto' or a list of features, got {self.integer!r}.")
+            integer = self._integer_auto | self._integer_columns(X)
+        else:
+            integer = np.zeros(F, dtype=bool)
+            for key in self.integer:
+                integer[self._feature_index(key, "integer")] = True
+        integer &= ~cat
+        return Constraints(
+            mutable, lower, upper, integer, direction, self.scale_, np.full(F, float(self.categorical_cost))
+        )
+
+    # ------------------------------------------------------------------ tweak
+    def _targets(self, current: NDArray[np.int64], target: Any) -> list[list[int]]:
+        """Per row, the class indices to try."""
+        n, k = current.size, self.classes_.size
+        if target is None:
+            return [[c for c in range(k) if c != cur] for cur in current]
+        values = np.asarray(target, dtype=object).ravel()
+        if values.size == 1:
+            values = np.repeat(values, n)
+        if values.size != n:
+            raise InputError(f"target must be one label or one per row ({n}), got {values.size}.")
+        lookup = {(c.item() if hasattr(c, "item") else c): i for i, c in enumerate(self.classes_)}
+        out = []
+        for v in values:
+            key = v.item() if hasattr(v, "item") else v
+            if key not in lookup:
+                raise InputError(f"target {v!r} is not a class of the model ({list(self.classes_)}).")
+            out.append([lookup[key]])
+        return out
+
+    def _delta(self) -> float:
+        """Safety margin on the target score: the booster's own rounding of a margin (XGBoost sums
+        float32, ~1e-7 relative per addition) must not undo a flip found on the exact sums."""
+        s = self.reader_.structure
+        reach = float(np.abs(s.base_margin).max()) + s.scale * sum(
+            float(np.abs(s.value[s.tree_offset[t] : s.tree_offset[t + 1]]).max()) for t in range(s.n_trees)
+        )
+        return (1e-6 if s.float32_inputs else 1e-12) * (1.0 + reach)
+
+    def _search_row(
+        self, point: Any, goals: list[Goal], rows_for: Callable[[int], Any], search: Search, cost: Cost
+    ) -> Solutions:
+        found = Solutions.empty(point.x.size)
+        for goal in goals:
+            rows = rows_for(goal.klass)
+            if self.method == "exact":
+                result = solve(point, goal, cost, float(self.time_limit))
+                if result.values is not None:
+                    found.add(result.values[None, :], np.array([result.cost]), EXACT)
+                    if rows is not None and rows.shape[0]:
+                        found.add(rows, cost(point.x, rows), ROW)
+                    continue
+            part = search.run(point, goal, rows)
+            found.add(part.values, part.cost, part.source)
+        return found.best(search.keep + 1)
+
+    def tweak(self, X: Any, target: Any = None) -> pd.DataFrame:
+        """Cheapest tweak of every row of ``X`` towards ``target``.
+
+        Parameters
+        ----------
+        X : DataFrame or array-like of shape (n_rows, n_features)
+            Rows in the model's input format.
+        target : label, array-like of shape (n_rows,), or None
+            Class each row should reach. None: the other class (binary) or the cheapest other class
+            (multiclass). Rows already predicted as their target are returned unchanged (cost 0).
+
+        Returns
+        -------
+        DataFrame with n_rows rows
+            The tweaked features (the input's columns and dtypes; all NaN where no tweak was found),
+            then ``cost`` (NaN if none), ``prediction`` (the booster's own prediction of the tweaked
+            row), ``n_changed`` (features changed) and ``source`` (which candidate won: "unchanged",
+            "path", "combined", "training_row", "exact" or "none").
+        """
+        if not hasattr(self, "reader_"):
+            self.fit()
+        codec = self._codec or Codec(self.reader_, X)
+        Z = codec.encode(X)
+        n = Z.shape[0]
+        s = self.reader_.structure
+        con = self._constraints(X)
+        cost = Cost(self.cost, con.scale, con.weight, s.feature_is_categorical)
+        search = Search(
+            self.grid_,
+            cost,
+            "paths" if self.method == "paths" else "combine",
+            int(self.beam_width),
+            int(self.pool),
+            int(self.rounds),
+        )
+        current = self.reader_.predict_index(X)
+        targets = self._targets(current, target)
+        threshold, delta = self.reader_.decision_threshold, self._delta()
+        decodable = self._decodable(codec)
+        results: list[Solutions] = []
+        for i in range(n):
+            if current[i] in targets[i]:
+                results.append(Solutions(Z[i : i + 1], np.zeros(1), np.zeros(1, dtype=np.int64)))
+                continue
+            point = self.grid_.point(Z[i], con, float(self.epsilon), decodable)
+            goals = [Goal(s, c, threshold, delta) for c in targets[i]]
+            rows_for = self._rows_for(point.x, point.frozen, con, cost)
+            results.append(self._search_row(point, goals, rows_for, search, cost))
+        return self._verify(codec, Z, results, targets)
+
+    def _decodable(self, codec: Codec) -> NDArray[np.bool_]:
+        g = self.grid_
+        out = np.ones(g.n_cells, dtype=bool)
+        for f in np.flatnonzero(g.categorical):
+            span = slice(g.offset[f], g.offset[f + 1])
+            out[span] = codec.decodable(int(f), g.cell_code[span])
+        return out
+
+    def _rows_for(
+        self, x: NDArray[np.float64], frozen: NDArray[np.bool_], con: Constraints, cost: Cost
+    ) -> Callable[[int], NDArray[np.float64] | None]:
+        """Nearest reference rows of a class that satisfy the constraints for row ``x``."""
+        k = int(self.n_reference)
+
+        def rows(klass: int) -> NDArray[np.float64] | None:
+            if self.reference_ is None or k <= 0:
+                return None
+            R = self._reference_by_class[klass]
+            same = (R == x) | (np.isnan(R) & np.isnan(x))
+            ok = np.all(same | (con.mutable & ~frozen), axis=1)
+            with np.errstate(invalid="ignore"):
+                inside = (R >= con.lower) & (R <= con.upper) & (~con.integer | (R == np.round(R)))
+                way = (con.direction == 0) | (np.sign(R - x) == con.direction)
+            ok &= np.all(same | (inside & way), axis=1)
+            R = R[ok]
+            if R.shape[0] == 0:
+                return None
+            c = cost(x, R)
+            return R[np.argsort(c, kind="stable")[:k]]
+
+        return rows
+
+    def _verify(
+        self, codec: Codec, Z: NDArray[np.float64], results: list[Solutions], targets: list[list[int]]
+    ) -> pd.DataFrame:
+        """Keep, per row, the cheapest candidate the booster itself assigns to a target class."""
+        n, F = Z.shape
+        chosen = np.full(n, -1)
+        pending = np.array([r.cost.size > 0 for r in results])
+        attempt = np.zeros(n, dtype=np.int64)
+        while pending.any():
+            rows = np.flatnonzero(pending)
+            V = np.vstack([results[i].values[attempt[i]] for i in rows])
+            predicted = self.reader_.predict_index(codec.decode(V))
+            for i, p in zip(rows, predicted, strict=True):
+                if p in targets[i] or results[i].source[attempt[i]] == 0:
+                    chosen[i] = attempt[i]
+                    pending[i] = False
+                else:
+                    attempt[i] += 1
+                    pending[i] = attempt[i] < results[i].cost.size
+        out = np.full((n, F), np.nan)
+        cost = np.full(n, np.nan)
+        source = np.full(n, "none", dtype=object)
+        for i in np.flatnonzero(chosen >= 0):
+            out[i] = results[i].values[chosen[i]]
+            cost[i] = results[i].cost[chosen[i]]
+            source[i] = SOURCES[results[i].source[chosen[i]]]
+        found = chosen >= 0
+        table = codec.frame(out)
+        prediction = np.full(n, np.nan, dtype=object)
+        if found.any():
+            prediction[found] = self.classes_[self.reader_.predict_index(codec.decode(out[found]))]
+        changed = ~((out == Z) | (np.isnan(out) & np.isnan(Z)))
+        table["cost"] = cost
+        table["prediction"] = prediction
+        table["n_changed"] = pd.array(np.where(found, changed.sum(axis=1), 0), dtype="Int64")
+        table.loc[~found, "n_changed"] = pd.NA
+        table["source"] = source
+        return table
+
+    def explain(self, x: Any, target: Any = None) -> pd.DataFrame:
+        """The changed features of one row's cheapest tweak.
+
+        Parameters
+        ----------
+        x : DataFrame with one row, or array-like of shape (n_features,) or (1, n_features)
+        target : label or None
+            As in :meth:`tweak`.
+
+        Returns
+        -------
+        DataFrame
+            One row per changed feature, most costly first: ``feature``, ``from``, ``to``,
+            ``change`` (to - from for numerical features, NaN for categorical ones) and ``cost``
+            (its scaled distance). Empty when the row already has the target class or no tweak
+            was found (see :meth:`tweak`'s ``source``).
+        """
+        if not hasattr(self, "reader_"):
+            self.fit()
+        if not isinstance(x, pd.DataFrame):
+            x = np.asarray(x, dtype=object if self.reader_.structure.feature_is_categorical.any() else float)
+            x = x.reshape(1, -1)
+        if (x.shape[0] if hasattr(x, "shape") else len(x)) != 1:
+            raise InputError("explain takes exactly one row; use tweak for several.")
+        table = self.tweak(x, target)
+        columns = ["feature", "from", "to", "change", "cost"]
+        if table["source"].iloc[0] in ("none", "unchanged"):
+            return pd.DataFrame(columns=columns)
+        codec = self._codec or Codec(self.reader_, x)
+        names = codec.columns
+        z = codec.encode(x)[0]
+        tweaked = table[names] if codec.is_frame else table[names].to_numpy()
+        z_new = codec.encode(tweaked)[0]
+        con = self._constraints(x)
+        per = Cost("l1", con.scale, con.weight, self.reader_.structure.feature_is_categorical).per_feature(
+            z, z_new[None, :]
+        )[0]
+        before = codec.frame(z[None, :])
+        rows = []
+        for f in np.flatnonzero(per > 0).tolist():
+            cat = bool(self.reader_.structure.feature_is_categorical[f])
+            rows.append(
+                {
+                    "feature": names[f],
+                    "from": before.iloc[0, f],
+                    "to": table.iloc[0, f],
+                    "change": np.nan if cat else z_new[f] - z[f],
+                    "cost": per[f],
+                }
+            )
+        return pd.DataFrame(rows, columns=columns).sort_values("cost", ascending=False, ignore_index=True)
+
+
+__all__ = ["FeatureTweaking"]

@@ -1,0 +1,101 @@
+"""``influence-gbdt tweak`` end to end on model files written by each booster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from boosters import LIBRARIES, binary_data, classifier, save_model
+from influence_gbdt.adapters import trees_for
+
+from influence_gbdt.cli import load_model, main
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+@pytest.fixture(scope="module", params=LIBRARIES)
+def files(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    library = request.param
+    directory = tmp_path_factory.mktemp(f"tweak-{library}")
+    X, y, X_test, _ = binary_data(n=300, n_test=60)
+    model = classifier(library, X, y)
+    path, _ = save_model(library, model, directory)
+    train, data = directory / "train.csv", directory / "data.csv"
+    X.assign(label=y).to_csv(train, index=False)
+    X_test.assign(label=0).to_csv(data, index=False)
+    return path, train, data, directory
+
+
+def _predict(path: str, rows: pd.DataFrame) -> np.ndarray[Any, Any]:
+    reader = trees_for(load_model(path))
+    return reader.predict_index(rows)
+
+
+def test_tweak_writes_rows_the_model_file_assigns_to_the_target(files: tuple, capsys: Any) -> None:
+    path, train, data, directory = files
+    out = directory / "tweaked.csv"
+    args = [
+        "tweak",
+        path,
+        "--data",
+        str(data),
+        "--train",
+        str(train),
+        "--label",
+        "label",
+        "--target",
+        "1",
+        "--immutable",
+        "d",
+        "--bounds",
+        '{"a": [-2, 2]}',
+        "-o",
+        str(out),
+    ]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("Tweaked ") and f"Wrote 60 rows to {out}" in printed
+    table = pd.read_csv(out)
+    assert list(table.columns) == ["a", "b", "c", "d", "cost", "prediction", "n_changed", "source"]
+    found = table["cost"].notna()
+    assert found.mean() >= 0.9
+    rows = table.loc[found, ["a", "b", "c", "d"]]
+    assert (_predict(path, rows) == 1).all()
+    original = pd.read_csv(data)
+    np.testing.assert_array_equal(rows["d"], original.loc[found, "d"])
+
+
+def test_tweak_errors_are_one_line_with_exit_code_2(files: tuple, capsys: Any) -> None:
+    path, _, data, _ = files
+    assert main(["tweak", path, "--data", str(data), "--label", "label", "--target", "7"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("influence-gbdt tweak: error:") and "not a class" in err and "\n" not in err
+    assert main(["tweak", path, "--data", str(data), "--label", "label", "--bounds", "[1"]) == 2
+    assert "--bounds must be a JSON object" in capsys.readouterr().err
+    assert main(["tweak", path, "--data", str(data), "--label", "label", "--immutable", "zz"]) == 2
+    assert "not a feature" in capsys.readouterr().err
+
+
+def test_tweak_restores_categories_lost_by_csv(tmp_path: Path) -> None:
+    import lightgbm as lgb
+
+    rng = np.random.default_rng(0)
+    n = 400
+    frame = pd.DataFrame({"x": rng.normal(size=n), "job": pd.Categorical(rng.choice(["a", "b", "c"], n))})
+    y = ((frame.x > 0) ^ (frame.job == "b")).astype(int).to_numpy()
+    model = lgb.LGBMClassifier(
+        n_estimators=20, num_leaves=4, min_data_per_group=5, cat_smooth=1, verbose=-1, n_jobs=1
+    ).fit(frame, y)
+    path = str(tmp_path / "model.txt")
+    model.booster_.save_model(path)
+    data = tmp_path / "data.csv"
+    frame[model.predict(frame) == 0].head(10).to_csv(data, index=False)
+    out = tmp_path / "out.csv"
+    assert main(["tweak", path, "--data", str(data), "-o", str(out)]) == 0
+    table = pd.read_csv(out)
+    assert table["cost"].notna().all()
+    rows = table[["x", "job"]].assign(job=lambda t: pd.Categorical(t.job, categories=["a", "b", "c"]))
+    assert (model.predict(rows) == 1).all()

@@ -1,0 +1,298 @@
+"""Tree structures read from real models reproduce each booster's own margins and leaf ids.
+
+Round trip: for every library and setting, ``TreeStructure.predict_margin`` equals the booster's raw
+margin on training and unseen rows, and ``TreeStructure.apply`` equals its ``pred_leaf`` /
+``calc_leaf_indexes`` exactly. Tolerances: XGBoost sums float32 leaf values in float32, whose
+rounding is ~6e-8 relative per addition, so 100 trees leave ~1e-6 of the margin scale (measured
+4e-6 absolute on margins of size ~5); LightGBM and CatBoost sum doubles (measured <= 1e-14).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import catboost as cb
+import lightgbm as lgb
+import numpy as np
+import pandas as pd
+import pytest
+import xgboost as xgb
+from influence_gbdt.adapters import read_trees, trees_for
+from influence_gbdt.adapters._cityhash import cityhash64
+
+from influence_gbdt.errors import UnsupportedModelError
+from influence_gbdt.trees import MISSING_NAN, MISSING_NONE, MISSING_ZERO, StructureBuilder, TreeStructure
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+N, N_TEST = 400, 100
+# Default models apart from the thread count: one thread each, as the suite shares two cores (LightGBM
+# with all threads on a loaded machine is ~70x slower on these sizes).
+CB = {"verbose": 0, "allow_writing_files": False, "thread_count": 1, "random_seed": 0}
+LG = {"verbose": -1, "n_jobs": 1}
+XG = {"n_jobs": 1}
+TOL = {"xgboost": 1e-6, "lightgbm": 1e-12, "catboost": 1e-12}  # relative to max |margin|
+
+
+def _numeric(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Features with NaNs and exact zeros; binary labels; 3-class labels; regression target."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(N + N_TEST, 4))
+    X[::9, 1] = np.nan
+    X[::5, 3] = 0.0
+    score = X[:, 0] + np.nan_to_num(X[:, 1]) * X[:, 2] + rng.normal(scale=0.5, size=len(X))
+    y3 = np.digitize(score, [-0.5, 0.5])
+    return X, (score > 0).astype(int), y3, 2 * X[:, 0] + np.sin(X[:, 2])
+
+
+def _frame(seed: int = 1) -> tuple[pd.DataFrame, np.ndarray]:
+    """A DataFrame with string and integer categories (pandas categorical dtype)."""
+    rng = np.random.default_rng(seed)
+    n = N + N_TEST
+    frame = pd.DataFrame(
+        {
+            "a": rng.normal(size=n),
+            "b": np.where(rng.random(n) < 0.1, np.nan, rng.normal(size=n)),
+            "colour": pd.Categorical(rng.choice(list("vwxyz"), n)),
+            "size": pd.Categorical(rng.choice([3, 7, 11], n)),
+        }
+    )
+    y = ((frame.a > 0) ^ frame.colour.isin(["x", "y"]) ^ (frame["size"] == 7)).astype(int).to_numpy()
+    return frame, y
+
+
+X, Y, Y3, YR = _numeric()
+FRAME, YC = _frame()
+CB_FRAME = FRAME.assign(colour=FRAME.colour.astype(str), size=FRAME["size"].astype(int))
+
+
+def _es_xgb() -> Any:
+    model = xgb.XGBClassifier(**XG, n_estimators=300, early_stopping_rounds=5)
+    return model.fit(X[:300], Y[:300], eval_set=[(X[300:N], Y[300:N])], verbose=False)
+
+
+def _es_lgb() -> Any:
+    model = lgb.LGBMClassifier(n_estimators=300, **LG)
+    return model.fit(
+        X[:300], Y[:300], eval_set=[(X[300:N], Y[300:N])], callbacks=[lgb.early_stopping(5, verbose=False)]
+    )
+
+
+CASES: dict[str, tuple[str, Callable[[], Any], Any]] = {
+    # library, factory, rows (training rows are the first N)
+    "xgb-classifier-default": ("xgboost", lambda: xgb.XGBClassifier(**XG).fit(X[:N], Y[:N]), X),
+    "xgb-regressor-default": ("xgboost", lambda: xgb.XGBRegressor(**XG).fit(X[:N], YR[:N]), X),
+    "xgb-multiclass": ("xgboost", lambda: xgb.XGBClassifier(**XG, n_estimators=20).fit(X[:N], Y3[:N]), X),
+    "xgb-vector-leaves": (
+        "xgboost",
+        lambda: xgb.XGBClassifier(
+            **XG, n_estimators=10, multi_strategy="multi_output_tree", tree_method="hist"
+        ).fit(X[:N], Y3[:N]),
+        X,
+    ),
+    "xgb-early-stopping": ("xgboost", _es_xgb, X),
+    "xgb-categorical-partition": (
+        "xgboost",
+        lambda: xgb.XGBClassifier(**XG, n_estimators=20, enable_categorical=True, max_cat_to_onehot=1).fit(
+            FRAME[:N], YC[:N]
+        ),
+        FRAME,
+    ),
+    "xgb-categorical-onehot": (
+        "xgboost",
+        lambda: xgb.XGBClassifier(**XG, n_estimators=20, enable_categorical=True, max_cat_to_onehot=8).fit(
+            FRAME[:N], YC[:N]
+        ),
+        FRAME,
+    ),
+    "xgb-missing-value": (
+        "xgboost",
+        lambda: xgb.XGBClassifier(**XG, n_estimators=20, missing=0.0).fit(X[:N], Y[:N]),
+        X,
+    ),
+    "xgb-exact-pruned": (
+        "xgboost",
+        lambda: xgb.XGBClassifier(**XG, n_estimators=10, tree_method="exact", gamma=2.0).fit(X[:N], Y[:N]),
+        X,
+    ),
+    "xgb-poisson-booster": (
+        "xgboost",
+        lambda: xgb.train(
+            {"objective": "count:poisson", "nthread": 1}, xgb.DMatrix(X[:N], np.round(np.exp(X[:N, 0])))
+        ),
+        X,
+    ),
+    "lgb-classifier-default": ("lightgbm", lambda: lgb.LGBMClassifier(**LG).fit(X[:N], Y[:N]), X),
+    "lgb-regressor-default": ("lightgbm", lambda: lgb.LGBMRegressor(**LG).fit(X[:N], YR[:N]), X),
+    "lgb-multiclass": ("lightgbm", lambda: lgb.LGBMClassifier(n_estimators=20, **LG).fit(X[:N], Y3[:N]), X),
+    "lgb-early-stopping": ("lightgbm", _es_lgb, X),
+    "lgb-zero-as-missing": (
+        "lightgbm",
+        lambda: lgb.LGBMClassifier(n_estimators=20, zero_as_missing=True, **LG).fit(X[:N], Y[:N]),
+        X,
+    ),
+    "lgb-no-missing": (
+        "lightgbm",
+        lambda: lgb.LGBMClassifier(n_estimators=20, use_missing=False, **LG).fit(X[:N], Y[:N]),
+        X,
+    ),
+    "lgb-categorical": (
+        "lightgbm",
+        lambda: lgb.LGBMClassifier(n_estimators=20, min_data_per_group=5, cat_smooth=1, **LG).fit(
+            FRAME[:N], YC[:N]
+        ),
+        FRAME,
+    ),
+    "lgb-rf-average-output": (
+        "lightgbm",
+        lambda: lgb.LGBMClassifier(
+            n_estimators=10, boosting_type="rf", bagging_freq=1, bagging_fraction=0.7, **LG
+        ).fit(X[:N], Y[:N]),
+        X,
+    ),
+    "cb-classifier-default": ("catboost", lambda: cb.CatBoostClassifier(**CB).fit(X[:N], Y[:N]), X),
+    "cb-regressor-default": ("catboost", lambda: cb.CatBoostRegressor(**CB).fit(X[:N], YR[:N]), X),
+    "cb-multiclass": (
+        "catboost",
+        lambda: cb.CatBoostClassifier(iterations=20, loss_function="MultiClass", **CB).fit(X[:N], Y3[:N]),
+        X,
+    ),
+    "cb-nan-max": (
+        "catboost",
+        lambda: cb.CatBoostClassifier(iterations=20, nan_mode="Max", **CB).fit(X[:N], Y[:N]),
+        X,
+    ),
+    "cb-depthwise": (
+        "catboost",
+        lambda: cb.CatBoostClassifier(iterations=20, grow_policy="Depthwise", depth=4, **CB).fit(
+            X[:N], Y[:N]
+        ),
+        X,
+    ),
+    "cb-lossguide-multiclass": (
+        "catboost",
+        lambda: cb.CatBoostClassifier(
+            iterations=20, grow_policy="Lossguide", max_leaves=12, loss_function="MultiClass", **CB
+        ).fit(X[:N], Y3[:N]),
+        X,
+    ),
+    "cb-onehot-categorical": (
+        "catboost",
+        lambda: cb.CatBoostClassifier(
+            iterations=20, cat_features=["colour", "size"], one_hot_max_size=10, **CB
+        ).fit(CB_FRAME[:N], YC[:N]),
+        CB_FRAME,
+    ),
+    "cb-onehot-lossguide": (
+        "catboost",
+        lambda: cb.CatBoostClassifier(
+            iterations=20, cat_features=["colour", "size"], one_hot_max_size=10, grow_policy="Lossguide", **CB
+        ).fit(CB_FRAME[:N], YC[:N]),
+        CB_FRAME,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_structure_reproduces_margins_and_leaf_ids(case: str) -> None:
+    library, factory, rows = CASES[case]
+    reader = trees_for(factory())
+    assert reader.library == library
+    s = reader.structure
+    Z = reader.encode(rows)
+    ours, theirs = s.predict_margin(Z), reader.raw_margin(rows)
+    assert ours.shape == theirs.shape == (len(rows), s.n_outputs)
+    scale = max(1.0, float(np.abs(theirs).max()))
+    for part in (slice(0, N), slice(N, None)):  # training rows, unseen rows
+        assert np.abs(ours[part] - theirs[part]).max() <= TOL[library] * scale
+    np.testing.assert_array_equal(s.apply(Z), reader.leaf_ids(rows))
+    if s.objective != "regression":
+        np.testing.assert_array_equal(reader.predict_index_from_margin(theirs), reader.predict_index(rows))
+
+
+def test_multiclass_structure_maps_trees_to_classes() -> None:
+    s = read_trees(lgb.LGBMClassifier(n_estimators=4, **LG).fit(X[:N], Y3[:N]))
+    assert s.objective == "multiclass" and s.n_outputs == 3
+    np.testing.assert_array_equal(s.tree_class, np.tile([0, 1, 2], 4))
+    s = read_trees(cb.CatBoostClassifier(iterations=3, loss_function="MultiClass", **CB).fit(X[:N], Y3[:N]))
+    assert s.n_outputs == 3 and (s.tree_class == -1).all()  # vector leaves
+
+
+def test_early_stopping_reads_only_the_trees_predict_uses() -> None:
+    model = _es_xgb()
+    assert read_trees(model).n_trees == model.best_iteration + 1
+    booster = model.get_booster()  # a plain Booster predicts with every tree
+    assert read_trees(booster).n_trees == booster.num_boosted_rounds()
+
+
+def test_structure_is_immutable() -> None:
+    s = read_trees(lgb.LGBMClassifier(n_estimators=3, **LG).fit(X[:N], Y[:N]))
+    with pytest.raises(ValueError, match="read-only"):
+        s.threshold[0] = 1.0
+    with pytest.raises(AttributeError):
+        s.scale = 2.0  # type: ignore[misc]
+
+
+def test_cityhash_matches_catboost() -> None:
+    labels = ["x", "Private", "Self-emp-not-inc", "a" * 17, "b" * 40, "c" * 65, "d" * 200]
+    pool = cb.Pool(np.zeros((len(labels), 1)), group_id=labels)  # CatBoost hashes group ids alike
+    np.testing.assert_array_equal(
+        np.asarray(pool.get_group_id_hash(), dtype=np.uint64),
+        np.array([cityhash64(v.encode()) for v in labels], dtype=np.uint64),
+    )
+
+
+def _hand_built() -> TreeStructure:
+    """One tree per rule: a numerical split per missing type, and a categorical split."""
+    b = StructureBuilder(1)
+    for kind, default_left, inclusive in (
+        (MISSING_NAN, True, False),
+        (MISSING_NONE, False, True),
+        (MISSING_ZERO, True, True),
+    ):
+        root = b.add_node(
+            feature=0, threshold=0.5, inclusive=inclusive, default_left=default_left, missing_type=kind
+        )
+        b.set_children(root, b.add_node(value=-1.0, leaf_id=1), b.add_node(value=1.0, leaf_id=2))
+        b.end_tree(0)
+    root = b.add_node(feature=1, cats=[2, 5], default_left=False)
+    b.set_children(root, b.add_node(value=-1.0, leaf_id=1), b.add_node(value=1.0, leaf_id=2))
+    b.end_tree(0)
+    return b.build(
+        n_features=2,
+        feature_names=("x", "c"),
+        feature_is_categorical=np.array([False, True]),
+        objective="binary",
+        base_margin=np.zeros(1),
+    )
+
+
+def test_routing_rules_of_missing_values_and_categories() -> None:
+    s = _hand_built()
+    rows = np.array([[0.5, 2.0], [np.nan, 5.9], [0.0, -2.0], [1e-36, np.nan], [0.7, 3.0]])
+    # tree 0 (NaN missing, default left, strict <): 0.5 right; NaN left; 0 left; 1e-36 left; 0.7 right
+    # tree 1 (None: NaN -> 0; <=): 0.5 left; NaN -> 0 left; 0 left; left; 0.7 right
+    # tree 2 (Zero missing, default left): 0.5 left; NaN -> 0 missing left; 0 missing left; left; right
+    # tree 3 (categories {2, 5} left; code = trunc): 2 left; 5.9 -> 5 left; -2 right; NaN right; 3 right
+    expected = np.array([[2, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 2], [1, 1, 1, 2], [2, 2, 2, 2]])
+    np.testing.assert_array_equal(s.apply(rows), expected)
+
+
+def test_readers_refuse_what_they_cannot_read() -> None:
+    with pytest.raises(UnsupportedModelError, match="linear_tree=True"):
+        read_trees(lgb.LGBMRegressor(n_estimators=2, linear_tree=True, **LG).fit(X[:N], YR[:N]))
+    with pytest.raises(UnsupportedModelError, match="CTR"):
+        read_trees(
+            cb.CatBoostClassifier(iterations=3, cat_features=["colour", "size"], **CB).fit(
+                CB_FRAME[:N], YC[:N]
+            )
+        )
+    with pytest.raises(UnsupportedModelError, match="gblinear"):
+        read_trees(xgb.train({"booster": "gblinear", "nthread": 1}, xgb.DMatrix(X[:N], Y[:N]), 2))
+    with pytest.raises(UnsupportedModelError, match="not fitted"):
+        read_trees(xgb.XGBClassifier(**XG))
+    with pytest.raises(UnsupportedModelError, match="not trained"):
+        read_trees(cb.CatBoostClassifier())
+    with pytest.raises(UnsupportedModelError, match="not a supported model"):
+        read_trees(object())

@@ -1,0 +1,320 @@
+"""Feature tweaking on real models of every library: flips checked with the booster's own predict,
+constraints respected, costs compared with an exhaustive search and with the nearest training row.
+
+Ground truths: the booster's ``predict`` (every returned row must get the target class from it); an
+exhaustive enumeration of every combination of cells on small ensembles (the exact MILP must match
+it, the heuristics may only be above it); and a plain numpy scan of the training rows (the returned
+cost may never exceed the nearest admissible target-class row).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import catboost as cb
+import lightgbm as lgb
+import numpy as np
+import pandas as pd
+import pytest
+import xgboost as xgb
+from influence_gbdt.adapters import trees_for
+
+from influence_gbdt import FeatureTweaking
+from influence_gbdt._tweak_kernels import predict_margin
+from influence_gbdt._tweak_search import Cost, Goal
+from influence_gbdt.errors import InputError, UnsupportedModelError
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+LIBRARIES = ("xgboost", "lightgbm", "catboost")
+CB = {"verbose": 0, "allow_writing_files": False, "thread_count": 1, "random_seed": 0}
+
+
+def _data(n: int = 600, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 4))
+    X[:, 3] = rng.integers(0, 10, n)  # an integer-valued feature
+    score = X[:, 0] + X[:, 1] * X[:, 2] + 0.2 * X[:, 3] - 0.9 + rng.normal(scale=0.5, size=n)
+    return X, (score > 0).astype(int), np.digitize(score, [-0.7, 0.7])
+
+
+X, Y, Y3 = _data()
+
+
+def _model(
+    library: str, y: np.ndarray = Y, n_trees: int = 20, depth: int = 3, data: np.ndarray = X, **kw: Any
+) -> Any:
+    if library == "xgboost":
+        return xgb.XGBClassifier(n_estimators=n_trees, max_depth=depth, n_jobs=1, **kw).fit(data, y)
+    if library == "lightgbm":
+        return lgb.LGBMClassifier(n_estimators=n_trees, num_leaves=2**depth, verbose=-1, n_jobs=1, **kw).fit(
+            data, y
+        )
+    return cb.CatBoostClassifier(iterations=n_trees, depth=depth, **CB, **kw).fit(data, y)
+
+
+@pytest.fixture(scope="module", params=LIBRARIES)
+def binary(request: pytest.FixtureRequest) -> tuple[str, Any]:
+    return request.param, _model(request.param)
+
+
+def _negatives(model: Any, k: int = 12) -> np.ndarray:
+    return X[model.predict(X) == 0][:k]
+
+
+# ---------------------------------------------------------------------------------- flips
+@pytest.mark.parametrize("method", ["paths", "combine", "exact"])
+def test_every_returned_row_gets_the_target_class_from_the_booster(binary: tuple, method: str) -> None:
+    _, model = binary
+    rows = _negatives(model)
+    out = FeatureTweaking(model, method=method).fit(X).tweak(rows)
+    assert list(out.columns[4:]) == ["cost", "prediction", "n_changed", "source"] and len(out) == len(rows)
+    found = out["cost"].notna().to_numpy()
+    assert found.mean() >= 0.9
+    tweaked = out.iloc[:, :4].to_numpy()[found]
+    assert (model.predict(tweaked) == 1).all()
+    assert (out.loc[found, "prediction"] == 1).all()
+    assert out.loc[~found].iloc[:, [0, 4]].isna().all().all()
+
+
+def test_default_size_models_flip(binary: tuple) -> None:
+    library, _ = binary
+    model = _model(library, n_trees=100, depth=6)
+    rows = _negatives(model, 5)
+    out = FeatureTweaking(model).fit(X).tweak(rows)
+    found = out["cost"].notna().to_numpy()
+    assert found.all()
+    assert (model.predict(out.iloc[:, :4].to_numpy()[found]) == 1).all()
+
+
+def test_rows_already_in_the_target_class_are_unchanged(binary: tuple) -> None:
+    _, model = binary
+    rows = X[model.predict(X) == 1][:3]
+    out = FeatureTweaking(model).tweak(rows, target=1)
+    np.testing.assert_array_equal(out.iloc[:, :4].to_numpy(), rows)
+    assert (out["cost"] == 0).all() and (out["source"] == "unchanged").all()
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_multiclass_rows_reach_the_requested_class(library: str) -> None:
+    model = _model(library, y=Y3, n_trees=15)
+    pred = model.predict(X).ravel()
+    rows = X[pred == 0][:6]
+    out = FeatureTweaking(model).fit(X).tweak(rows, target=2)
+    found = out["cost"].notna().to_numpy()
+    assert found.mean() >= 0.8
+    assert (np.asarray(model.predict(out.iloc[:, :4].to_numpy()[found])).ravel() == 2).all()
+    any_class = FeatureTweaking(model).fit(X).tweak(rows)  # target=None: the cheapest other class
+    assert (any_class["cost"] <= out["cost"] + 1e-12).all()
+    assert (any_class["prediction"] != 0).all()
+
+
+# ---------------------------------------------------------------------------------- constraints
+def test_constraints_are_respected(binary: tuple) -> None:
+    _, model = binary
+    rows = _negatives(model)
+    ft = FeatureTweaking(
+        model, immutable=[0], bounds={1: (-1.0, 1.5)}, monotone={2: "increase"}, integer=[3], method="combine"
+    ).fit(X)
+    out = ft.tweak(rows)
+    found = out["cost"].notna().to_numpy()
+    assert found.any()
+    t, r = out.iloc[:, :4].to_numpy()[found], rows[found]
+    np.testing.assert_array_equal(t[:, 0], r[:, 0])
+    moved = t[:, 1] != r[:, 1]
+    assert ((t[moved, 1] >= -1.0) & (t[moved, 1] <= 1.5)).all()
+    assert (t[:, 2] >= r[:, 2]).all()
+    assert (t[:, 3] == np.round(t[:, 3])).all()
+    assert (model.predict(t) == 1).all()
+
+
+def test_missing_values_are_kept_and_routed_like_the_booster() -> None:
+    Xn = X.copy()
+    Xn[::4, 1] = np.nan
+    for model in (
+        xgb.XGBClassifier(n_estimators=20, max_depth=3, n_jobs=1).fit(Xn, Y),
+        lgb.LGBMClassifier(n_estimators=20, num_leaves=8, verbose=-1, n_jobs=1).fit(Xn, Y),
+        cb.CatBoostClassifier(iterations=20, depth=3, **CB).fit(Xn, Y),
+    ):
+        rows = Xn[(model.predict(Xn) == 0) & np.isnan(Xn[:, 1])][:5]
+        out = FeatureTweaking(model).fit(Xn).tweak(rows)
+        found = out["cost"].notna().to_numpy()
+        assert found.mean() >= 0.8
+        assert np.isnan(out.iloc[:, 1].to_numpy()[found]).all()
+        assert (model.predict(out.iloc[:, :4].to_numpy()[found]) == 1).all()
+
+
+def _frame() -> tuple[pd.DataFrame, np.ndarray]:
+    rng = np.random.default_rng(3)
+    n = 600
+    frame = pd.DataFrame(
+        {
+            "age": rng.integers(18, 70, n),
+            "hours": rng.normal(40, 8, n),
+            "job": rng.choice(["clerk", "nurse", "smith", "pilot", "cook"], n),
+        }
+    )
+    score = (
+        0.04 * (frame.age - 40)
+        + 0.1 * (frame.hours - 40)
+        + frame.job.map({"clerk": -1.0, "nurse": 0.5, "smith": 0.0, "pilot": 1.5, "cook": -0.5})
+    )
+    return frame, (score + rng.normal(scale=0.5, size=n) > 0.3).astype(int).to_numpy()
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_pandas_categorical_input(library: str) -> None:
+    frame, y = _frame()
+    if library == "catboost":
+        model = cb.CatBoostClassifier(
+            iterations=30, depth=3, cat_features=["job"], one_hot_max_size=10, **CB
+        ).fit(frame, y)
+    else:
+        frame = frame.assign(job=frame.job.astype("category"))
+        model = (
+            xgb.XGBClassifier(n_estimators=30, max_depth=3, enable_categorical=True, n_jobs=1)
+            if library == "xgboost"
+            else lgb.LGBMClassifier(
+                n_estimators=30, num_leaves=8, min_data_per_group=5, cat_smooth=1, verbose=-1, n_jobs=1
+            )
+        ).fit(frame, y)
+    rows = frame[model.predict(frame) == 0].head(10)
+    ft = FeatureTweaking(model, immutable=["age"], bounds={"hours": (0, 60)}).fit(frame)
+    out = ft.tweak(rows)
+    found = out["cost"].notna().to_numpy()
+    assert found.mean() >= 0.9
+    tweaked = out.loc[found, list(frame.columns)]
+    assert list(tweaked.dtypes) == list(frame.dtypes)  # same format as the input, usable by the booster
+    assert (model.predict(tweaked) == 1).all()
+    assert (tweaked["age"].to_numpy() == rows["age"].to_numpy()[found]).all()
+    assert (out.loc[found, "n_changed"] >= 1).all()
+    job_moves = (tweaked["job"].astype(str).to_numpy() != rows["job"].astype(str).to_numpy()[found]).sum()
+    assert job_moves >= 1  # categories are searched as categories
+    explained = ft.explain(rows.iloc[[0]])
+    assert list(explained.columns) == ["feature", "from", "to", "change", "cost"]
+    assert set(explained["feature"]) <= {"hours", "job"} and len(explained) >= 1
+
+
+# ---------------------------------------------------------------------------------- costs
+def _exhaustive(ft: FeatureTweaking, row: np.ndarray) -> float:
+    """Cheapest flip over every combination of cells (the search space of the exact method)."""
+    s = ft.reader_.structure
+    con = ft._constraints(row[None, :])
+    point = ft.grid_.point(row, con, ft.epsilon, None)
+    goal = Goal(s, 1, 0.0, ft._delta())
+    g = ft.grid_
+    choices = [
+        np.flatnonzero(np.isfinite(point.dist[g.offset[f] : g.offset[f + 1]])) + g.offset[f]
+        for f in range(row.size)
+    ]
+    cells = np.array(list(itertools.product(*choices)))
+    V = point.rep[cells]
+    hit = goal.score(predict_margin(s, V)) > goal.delta
+    cost = Cost("l2", con.scale, con.weight, s.feature_is_categorical)(row, V[hit])
+    return float(cost.min(initial=np.inf))
+
+
+@pytest.mark.parametrize("wide", [False, True], ids=["unit-scale", "wide-feature"])
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_exact_matches_exhaustive_search_and_bounds_the_heuristics(library: str, wide: bool) -> None:
+    # "wide": one feature spans +-3e4 in raw units (scale=None), so far cells cost ~1e9; a cost with a
+    # constant term would let the solver's relative gap hide a worse answer there.
+    data = X * np.array([3e4, 1, 1, 1]) if wide else X
+    model = _model(library, n_trees=8, depth=3, data=data)
+    rows = data[model.predict(data) == 0][:25]
+    kw: dict[str, Any] = {"n_reference": 0, "immutable": [3], "scale": None if wide else "auto"}
+    costs = {
+        m: FeatureTweaking(model, method=m, **kw).fit(data).tweak(rows)["cost"].to_numpy()
+        for m in ("paths", "combine", "exact")
+    }
+    ft = FeatureTweaking(model, **kw).fit(data)
+    truth = np.array([_exhaustive(ft, r) for r in rows])
+    np.testing.assert_allclose(costs["exact"], truth, rtol=1e-7)  # the solver stops at a 1e-7 relative gap
+    assert (costs["combine"] >= truth * (1 - 1e-9)).all() and (costs["paths"] >= truth * (1 - 1e-9)).all()
+    assert (costs["combine"] <= costs["paths"] * (1 + 1e-12)).all()  # combine extends the paper's candidates
+
+
+def test_cost_is_never_above_the_nearest_admissible_training_row(binary: tuple) -> None:
+    _, model = binary
+    rows = _negatives(model, 15)
+    ft = FeatureTweaking(model, method="paths", immutable=[3], n_reference=1).fit(X)
+    ft.set_params(method="combine")
+    out = ft.tweak(rows)
+    targets = X[model.predict(X) == 1]
+    scale = X.std(axis=0)
+    for i, r in enumerate(rows):
+        admissible = targets[targets[:, 3] == r[3]]
+        if len(admissible) == 0:
+            continue
+        nearest = np.sqrt((((admissible - r) / scale) ** 2).sum(axis=1)).min()
+        assert out["cost"].iloc[i] <= nearest + 1e-12
+
+
+def test_custom_callable_and_l1_costs(binary: tuple) -> None:
+    _, model = binary
+    rows = _negatives(model, 5)
+
+    def linf(x: np.ndarray, V: np.ndarray) -> np.ndarray:
+        return np.abs(V - x).max(axis=1)
+
+    out = FeatureTweaking(model, cost=linf).fit(X).tweak(rows)
+    found = out["cost"].notna().to_numpy()
+    assert found.all()
+    tweaked = out.iloc[:, :4].to_numpy()[found]
+    np.testing.assert_allclose(
+        out["cost"].to_numpy(),
+        linf(rows[0], tweaked[:1]).tolist() + list(np.abs(tweaked[1:] - rows[1:]).max(axis=1)),
+    )
+    l1 = FeatureTweaking(model, cost="l1", scale=None).fit(X).tweak(rows)
+    np.testing.assert_allclose(l1["cost"], np.abs(l1.iloc[:, :4].to_numpy() - rows).sum(axis=1))
+
+
+def test_compiled_margins_equal_the_numpy_reference() -> None:
+    frame, y = _frame()
+    frame = frame.assign(job=frame.job.astype("category"))
+    frame.loc[::7, "hours"] = np.nan
+    for model in (
+        lgb.LGBMClassifier(n_estimators=20, verbose=-1, n_jobs=1, min_data_per_group=5, cat_smooth=1).fit(
+            frame, y
+        ),
+        xgb.XGBClassifier(n_estimators=20, enable_categorical=True, n_jobs=1).fit(frame, y),
+        lgb.LGBMClassifier(n_estimators=20, verbose=-1, n_jobs=1, zero_as_missing=True).fit(X, Y),
+    ):
+        reader = trees_for(model)
+        data = frame if reader.structure.feature_is_categorical.any() else X
+        Z = reader.encode(data)
+        # same leaves, so equal up to summation order (numpy sums pairwise)
+        np.testing.assert_allclose(
+            predict_margin(reader.structure, Z), reader.structure.predict_margin(Z), rtol=0, atol=1e-13
+        )
+
+
+# ---------------------------------------------------------------------------------- API
+def test_constructor_stores_settings_untouched() -> None:
+    immutable = (0,)
+    model = _model("lightgbm", n_trees=3)
+    ft = FeatureTweaking(model, immutable=immutable, epsilon=0.1)
+    assert ft.immutable is immutable and ft.model is model
+    assert not hasattr(ft, "reader_")
+    assert ft.set_params(epsilon=0.2).get_params()["epsilon"] == 0.2
+
+
+def test_errors_name_the_cause() -> None:
+    model = _model("lightgbm", n_trees=3)
+    with pytest.raises(UnsupportedModelError, match="classifier"):
+        FeatureTweaking(lgb.LGBMRegressor(n_estimators=2, verbose=-1).fit(X, X[:, 0])).fit()
+    with pytest.raises(InputError, match="method"):
+        FeatureTweaking(model, method="bogus").fit()
+    with pytest.raises(InputError, match="not a feature"):
+        FeatureTweaking(model, immutable=["nope"]).fit(X).tweak(X[:2])
+    with pytest.raises(InputError, match="separable"):
+        FeatureTweaking(model, method="exact", cost=lambda x, V: V.sum(axis=1)).fit()
+    with pytest.raises(InputError, match="not a class"):
+        FeatureTweaking(model).fit(X).tweak(X[:2], target=7)
+    with pytest.raises(InputError, match="needs reference data"):
+        FeatureTweaking(model, scale="std").fit()
+    with pytest.raises(InputError, match="columns"):
+        FeatureTweaking(model).fit(X).tweak(X[:2, :3])
+    with pytest.raises(InputError, match="low"):
+        FeatureTweaking(model, bounds={1: (2, 1)}).fit(X).tweak(X[:2])
