@@ -59,4 +59,5 @@ def docs(session: nox.Session) -> None:
                "influence_gbdt.validation"]
     session.run("python", "-c", "import os; os.makedirs('docs/api', exist_ok=True)")
     session.run("python", "-m", "pydoc", "-w", *modules, external=False, silent=True)
-    session.run("python", "-c", "import glob, shutil; [shutil.move(f, 'docs/api/' + f) for f in glob.glob('influence_gbdt*.html')]")
+    move = "import glob, shutil; [shutil.move(f, 'docs/api/' + f) for f in glob.glob('influence_gbdt*.html')]"
+    session.run("python", "-c", move)

@@ -8,10 +8,10 @@ level-by-level gathers, which pay for every level of every (row, tree) pair in a
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from numpy.typing import NDArray
 
+from . import _jit as numba
 from .trees import MISSING_NAN, MISSING_ZERO, ZERO_THRESHOLD, TreeStructure
 
 

@@ -27,9 +27,13 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--train", help="training data (CSV or Parquet): feature scales and nearest-row fallback")
     p.add_argument("--label", help="label column to drop from --data and --train, if present")
     p.add_argument("--target", help="class to reach (default: the other class / cheapest other class)")
-    p.add_argument("--cost", choices=["l2", "l1"], default="l2")
+    p.add_argument("--cost", choices=["l2", "l1"], default="l2",
+                   help="distance to minimise, in feature scales: l2 (default) or l1")
     p.add_argument("--epsilon", type=float, default=0.05, help="margin inside a split, in feature scales")
-    p.add_argument("--method", choices=["combine", "paths", "exact"], default="combine")
+    p.add_argument("--method", choices=["combine", "paths", "exact"], default="combine",
+                   help="combine (default): leaf paths and their intersections, refined; paths: one"
+                   " leaf's path per candidate (the paper); exact: the optimum by mixed-integer"
+                   " programming (slow)")
     p.add_argument("--immutable", default="", help="comma-separated features that must not change")
     p.add_argument("--bounds", help='JSON {"feature": [low, high]} for changed values (null: unbounded)')
     p.add_argument("--monotone", help='JSON {"feature": 1 or -1}: the only direction a feature may move')
