@@ -68,7 +68,8 @@ class CatBoostAdapter(BoosterAdapter):
         _refuse_model_kind(model, self.params)
         self._p: dict[str, Any] = model.get_all_params()
         recorded = int(self._p.get("thread_count", -1) or -1)
-        self._threads = int(self.params.get("thread_count", recorded if recorded > 0 else os.cpu_count() or 1))
+        default = recorded if recorded > 0 else os.cpu_count() or 1
+        self._threads = int(self.params.get("thread_count", default))
         p = self._p
         loss = str(p.get("loss_function", "")).split(":")[0]
         if loss not in _LOSSES:
@@ -181,7 +182,6 @@ class CatBoostAdapter(BoosterAdapter):
         class_weights = np.ones(int(groups.max()) + 1)
         if self.loss == "logloss" and self._p.get("class_weights"):
             class_weights = _f32(self._p["class_weights"])[: class_weights.size]
-        weight = _f32(user_w * class_weights[groups])
         leaf_index = self.leaf_indices(X)
         if leaf_index.shape[1] != n:
             raise InputError(f"calc_leaf_indexes returned {leaf_index.shape[1]} rows for {n} rows of X.")
@@ -199,7 +199,8 @@ class CatBoostAdapter(BoosterAdapter):
             learning_rate=lr, newton=p["leaf_estimation_method"] == "Newton", l1=0.0, max_delta_step=0.0,
             l2=0.0, l2_per_mean_weight=l2_leaf_reg, step_scales=np.ones(iterations),
             backtracking=backtracking,
-            backtracking_objective=_BACKTRACKING_OBJECTIVES.get(self.loss, "exact") if backtracking else "exact",
+            backtracking_objective=_BACKTRACKING_OBJECTIVES.get(self.loss, "exact") if backtracking
+            else "exact",
             objective_threads=self._threads,
             base_margin=float(bias), base_rule="mean" if p.get("boost_from_average", False) else "fixed",
             init_offset=offset, y=labels, user_weight=user_w, weight_group=groups,
@@ -259,8 +260,9 @@ def _refuse_model_kind(model: Any, params: Mapping[str, Any]) -> None:
             f"params {ignored} would be ignored: a CatBoost model records every training parameter "
             "itself. Leave params unset (only thread_count, which it does not record, is accepted)."
         )
-    if "thread_count" in params and not (isinstance(params["thread_count"], int) and params["thread_count"] > 0):
-        raise InputError(f"params['thread_count'] must be a positive integer, got {params['thread_count']!r}.")
+    threads = params.get("thread_count", 1)
+    if not (isinstance(threads, int) and threads > 0):
+        raise InputError(f"params['thread_count'] must be a positive integer, got {threads!r}.")
     for kind, indices, why in (
         ("text", model.get_text_feature_indices, "tokenized and turned into numbers by estimators "
          "fitted on the labels (BoW, NaiveBayes, BM25)"),

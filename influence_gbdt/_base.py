@@ -10,6 +10,10 @@ Every rule that re-estimates the base margin is a ratio of dataset-weighted row 
 - ``"newton_step"`` (one Newton step from ``base_anchor``, XGBoost's intercept with
   ``scale_pos_weight``): ``p = g(y, anchor)``, ``q = h(y, anchor)``, ``T(r) = anchor - r``.
 
+The ``"quantile"`` rule (L1 / quantile objectives) is instead the booster's weighted quantile of
+the labels (:mod:`influence_gbdt._quantile`), recomputed without each deleted row; its derivative
+in the weights is zero except where that quantile interpolates by weight (LightGBM).
+
 Deleting row ``i`` removes its terms and rescales each group's sums by its new dataset factor;
 the derivative follows from ``dr/dv_i = (a_i (p_i - r q_i) + sum_g da_g/dv_i (P_g - r Q_g) / a_g) / Q``
 with ``a`` the dataset factors and ``P_g, Q_g`` the group sums, then ``db = dT/dr . dr``.
@@ -20,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from ._quantile import METHODS, quantile_weight_derivative, quantile_without
 from .ensemble import TreeEnsemble
 from .losses import ONE_VS_ALL, SOFTMAX
 
@@ -43,7 +48,7 @@ class BaseMargin:
         self.ensemble = e = ensemble
         self.refits = e.base_rule != "fixed"
         self._derivative: NDArray[np.float64] | None = None
-        if not self.refits:
+        if not self.refits or e.base_rule == "quantile":
             return
         K = e.n_outputs
         if e.base_rule == "newton_step":
@@ -57,6 +62,12 @@ class BaseMargin:
         d = e.dataset_weight[:, None]
         self._P = _group_sums(e.weight_group, d * self._p, e.n_groups)
         self._Q = _group_sums(e.weight_group, d * self._q, e.n_groups)
+
+    def _quantile_args(self) -> tuple[int, NDArray[np.float64], NDArray[np.float64], float, bool, float]:
+        """The arguments of :mod:`influence_gbdt._quantile` for the labels' quantile."""
+        e = self.ensemble
+        return (METHODS[e.quantile_method], np.ascontiguousarray(e.y[:, 0]), e.dataset_weight,
+                float(e.loss.params.get("alpha", 0.5)), e.quantile_weighted, e.quantile_delta)
 
     def _map(self, r: NDArray[np.float64]) -> NDArray[np.float64]:
         """``T(r)`` for ratios ``r`` of shape (B, K)."""
@@ -83,6 +94,9 @@ class BaseMargin:
         e = self.ensemble
         if not self.refits:
             return np.zeros((idx.size, e.n_outputs))
+        if e.base_rule == "quantile":
+            q = quantile_without(*self._quantile_args(), np.ascontiguousarray(idx, dtype=np.int64))
+            return (q - e.base_margin[0])[:, None]
         own = np.zeros((idx.size, e.n_groups))
         own[np.arange(idx.size), e.weight_group[idx]] = 1.0
         d_i = e.dataset_weight[idx, None, None]
@@ -99,6 +113,9 @@ class BaseMargin:
         e = self.ensemble
         if not self.refits:
             return np.zeros((e.n_rows, e.n_outputs))
+        if self._derivative is None and e.base_rule == "quantile":
+            slope = quantile_weight_derivative(*self._quantile_args())
+            self._derivative = (slope * e.dataset_factor[e.weight_group])[:, None]
         if self._derivative is None:
             total = self._Q.sum(0)
             r = self._P.sum(0) / total

@@ -8,6 +8,7 @@ from numpy.typing import NDArray
 
 from . import _jit as numba
 from ._kernels import NONE, add_round, round_sizes, select_leaves, step_point
+from ._renew import forward_tree
 from ._tables import Tables
 from .losses import grad_hess, jvp
 
@@ -73,6 +74,11 @@ def forward_one(  # noqa: C901 -- one loop nest over rounds, steps and the updat
             if track:
                 every = select_leaves(tb, t, mode, k, J, sel[tb.leaf_off[t] : tb.leaf_off[t + 1]]) and every
             du[tb.leaf_off[t] : tb.leaf_off[t + 1]] = 0.0
+        if tb.renew[t0]:
+            forward_tree(tb, t0, A, J, i0, track, s_i0, out)
+            _propagate(tb, r, t0, t1, track, i0, J, out)
+            add_round(tb, r, A, tb.stored, 1.0)
+            continue
         for s in range(tb.n_steps[t0]):
             dG[:] = 0.0
             dD[:] = 0.0
@@ -112,13 +118,23 @@ def forward_one(  # noqa: C901 -- one loop nest over rounds, steps and the updat
         for t in range(t0, t1):
             for gl in range(tb.leaf_off[t], tb.leaf_off[t + 1]):
                 out[gl] = tb.lr[t] * du[gl]
-        if track:
-            add_round(tb, r, J, out, 1.0)
-        else:
-            for t in range(t0, t1):
-                J[0, tb.out[t]] += out[tb.leaf_off[t] + tb.leaf[t, i0]]
+        _propagate(tb, r, t0, t1, track, i0, J, out)
         add_round(tb, r, A, tb.stored, 1.0)
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _propagate(
+    tb: Tables, r: int, t0: int, t1: int, track: bool, i0: int, J: NDArray[np.float64],
+    out: NDArray[np.float64],
+) -> None:
+    """Add round ``r``'s leaf derivatives ``out`` to the margin derivatives ``J`` of the rows
+    tracked (every row, or only row i0 in ``J[0]``)."""
+    if track:
+        add_round(tb, r, J, out, 1.0)
+    else:
+        for t in range(t0, t1):
+            J[0, tb.out[t]] += out[tb.leaf_off[t] + tb.leaf[t, i0]]
 
 
 @numba.njit(cache=True, nogil=True)

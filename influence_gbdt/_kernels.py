@@ -15,6 +15,7 @@ from numpy.typing import NDArray
 
 from . import _jit as numba
 from ._fastobj import exp_space_objective, fastexp_vec, objective_ranges
+from ._renew import replay_tree
 from ._tables import Tables
 from .losses import grad_hess, jvp, point, value, weighted
 
@@ -339,6 +340,10 @@ def replay(tb: Tables, A: NDArray[np.float64]) -> None:
     for r in range(tb.round_ptr.shape[0] - 1):
         t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
         rl0 = tb.leaf_off[t0]
+        if tb.renew[t0]:
+            replay_tree(tb, t0, A)
+            add_round(tb, r, A, tb.stored, 1.0)
+            continue
         if tb.backtrack[t0]:
             _replay_walk(tb, r, A, u, mean_w, d, step, point_buf, dl, scratch)
         else:

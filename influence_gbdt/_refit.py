@@ -8,6 +8,7 @@ from numpy.typing import NDArray
 
 from . import _jit as numba
 from ._kernels import NONE, add_round, leaf_step, round_sizes, select_leaves, step_point, tree_objective
+from ._renew import refit_tree
 from ._tables import Tables
 from .losses import grad_hess, point, weighted
 
@@ -131,7 +132,9 @@ def refit_one(  # noqa: C901 -- one loop nest over rounds and steps, with the ba
             if track:
                 chosen = sel[tb.leaf_off[t] : tb.leaf_off[t + 1]]
                 every = select_leaves(tb, t, mode, k, delta, chosen) and every
-        if tb.backtrack[t0]:  # alone in its round: AnyImprovement, re-decided without the row
+        if tb.renew[t0]:  # quantiles of residuals, recomputed without the row
+            refit_tree(tb, t0, A, delta, sel, every, changed, w_new, i0, out)
+        elif tb.backtrack[t0]:  # alone in its round: AnyImprovement, re-decided without the row
             accepted, scale = 0, 1.0
             _round_sums(tb, r, 0, A, delta, u, w_new, sel, every, changed, i0, Gs, Hs, scratch)
             _round_steps(tb, r, Gs, Hs, mean_w, d)
@@ -160,7 +163,8 @@ def refit_one(  # noqa: C901 -- one loop nest over rounds and steps, with the ba
                         u[gl] += tb.scales[t, s] * d[gl - rl0]
         for t in range(t0, t1):
             for gl in range(tb.leaf_off[t], tb.leaf_off[t + 1]):
-                out[gl] = tb.lr[t] * u[gl]
+                if not tb.renew[t]:
+                    out[gl] = tb.lr[t] * u[gl]
                 u[gl] = 0.0
         if track:
             for t in range(t0, t1):

@@ -12,6 +12,7 @@ from numpy.typing import NDArray
 
 from . import _jit as numba
 from ._kernels import add_round, round_sizes, step_point
+from ._renew import reverse_tree
 from ._tables import Tables
 from .losses import grad_hess, vjp
 
@@ -66,6 +67,8 @@ def reverse(  # noqa: C901 -- one loop nest over rounds, steps, rows and objecti
             for gl in range(tb.leaf_off[t] - rl0, tb.leaf_off[t + 1] - rl0):
                 for b in range(B):
                     u_bar[b, gl] *= tb.lr[t]
+            if tb.renew[t]:
+                continue
             for s in range(tb.n_steps[t] - 1, -1, -1):
                 o = tb.sl_off[tb.step_ptr[t] + s]
                 for lj in range(tb.leaf_off[t + 1] - tb.leaf_off[t]):
@@ -81,6 +84,9 @@ def reverse(  # noqa: C901 -- one loop nest over rounds, steps, rows and objecti
                             u_bar[b, gl] += dd * tb.SDH[o + lj]
                         big_w_bar[b] += dd * tb.l2m[t] / n
         add_round(tb, r, A, tb.stored, -1.0)
+        if tb.renew[t0]:
+            reverse_tree(tb, t0, A, u_bar, rl0, a_bar, w_bar)
+            continue
         for j in range(n):
             wj = tb.w[j]
             for s in range(tb.n_steps[t0]):

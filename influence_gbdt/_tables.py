@@ -17,6 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ._fastobj import CB_CROSS_ENTROPY, CB_LOGLOSS, CB_POISSON
+from ._quantile import METHODS as QUANTILE_METHODS
 from .ensemble import TreeEnsemble
 
 _FAST_OBJECTIVES = {"exact": -1, "fast_logloss": CB_LOGLOSS, "fast_cross_entropy": CB_CROSS_ENTROPY,
@@ -45,6 +46,11 @@ class Tables(NamedTuple):
     scales: NDArray[np.float64]  # (T, S) accepted step scales (likewise)
     backtrack: NDArray[np.bool_]  # (T,)
     n_iter: NDArray[np.int64]  # (T,) step tries of a backtracking tree
+    renew: NDArray[np.bool_]  # (T,) leaves are renewed quantiles of residuals
+    q_alpha: NDArray[np.float64]  # (T,) quantile level of a renewed tree
+    q_method: int  # _quantile method code
+    q_weighted: bool  # quantiles weighted by the effective weights
+    q_delta: float  # CatBoost's delta
     bt_obj: int  # backtracking objective: -1 exact, else a _fastobj loss code
     bt_tie: float  # relative gap within which the replay may decide a try either way
     bt_threads: int  # the booster's thread count, for the fast objective's row ranges
@@ -77,6 +83,9 @@ class Tables(NamedTuple):
     RD: NDArray[np.float64]  # (n_sl,) d step / d (H + lam)
     GV: NDArray[np.float64]  # (n_sl, G) per-group sum v g (only with factor derivatives; else (0, 0))
     HV: NDArray[np.float64]  # (n_sl, G) per-group sum v h or v (as GV)
+    ren_sel: NDArray[np.int64]  # (n_total, 2) rows whose residuals a renewed leaf follows (-1: none)
+    ren_coef: NDArray[np.float64]  # (n_total, 2) d leaf quantile / d residual of those rows
+    ren_wd: NDArray[np.float64]  # (n_total, 4) the quantile's weight-derivative descriptor
 
 
 def build_tables(e: TreeEnsemble, group_sums: bool) -> Tables:
@@ -109,7 +118,9 @@ def build_tables(e: TreeEnsemble, group_sums: bool) -> Tables:
         leaf=e.leaf_index, leaf_off=e.leaf_offset, out=e.tree_output, round_ptr=round_ptr,
         newton=e.newton, lr=e.learning_rate, l1=e.l1, mds=e.max_delta_step, l2=e.l2,
         l2m=e.l2_per_mean_weight, n_steps=e.n_steps.copy(), scales=scales, backtrack=e.backtracking,
-        n_iter=e.n_iterations, bt_obj=_FAST_OBJECTIVES[e.backtracking_objective],
+        n_iter=e.n_iterations, renew=e.renewed, q_alpha=e.quantile_alpha,
+        q_method=QUANTILE_METHODS[e.quantile_method], q_weighted=e.quantile_weighted,
+        q_delta=e.quantile_delta, bt_obj=_FAST_OBJECTIVES[e.backtracking_objective],
         bt_tie=_EXACT_TIE if e.backtracking_objective == "exact" else 0.0,
         bt_threads=e.objective_threads, step_ptr=step_ptr, sl_off=sl_off, rows_by_leaf=rows_by_leaf,
         leaf_first=leaf_first, leaf_count=leaf_count, y=e.y, v=e.user_weight, grp=e.weight_group,
@@ -117,7 +128,9 @@ def build_tables(e: TreeEnsemble, group_sums: bool) -> Tables:
         w=np.ascontiguousarray(e.sample_weight), code=e.loss.code,
         prm=e.loss.prm, zsize=e.loss.state_size, K=e.n_outputs, f32=e.float32_gradients,
         stored=e.leaf_values,
-        values=np.empty(e.n_total_leaves), u_before=np.empty(n_sl), G=np.empty(n_sl),
-        H=np.empty(n_sl), SDG=np.zeros(n_sl), SDH=np.zeros(n_sl), RG=np.empty(n_sl),
-        RD=np.empty(n_sl), GV=np.zeros((n_sl if G else 0, G)), HV=np.zeros((n_sl if G else 0, G)),
+        values=np.empty(e.n_total_leaves), u_before=np.zeros(n_sl), G=np.zeros(n_sl),
+        H=np.zeros(n_sl), SDG=np.zeros(n_sl), SDH=np.zeros(n_sl), RG=np.zeros(n_sl),
+        RD=np.zeros(n_sl), GV=np.zeros((n_sl if G else 0, G)), HV=np.zeros((n_sl if G else 0, G)),
+        ren_sel=np.full((e.n_total_leaves, 2), -1, dtype=np.int64), ren_coef=np.zeros((e.n_total_leaves, 2)),
+        ren_wd=np.zeros((e.n_total_leaves, 4)),
     )

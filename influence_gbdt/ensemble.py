@@ -39,14 +39,22 @@ changed data; ``backtracking_objective`` says how the booster computes the loss 
 approximate exp-space arithmetic, which decides near-ties differently, with ``objective_threads``
 its training thread count), and ``step_scales`` / ``n_steps`` of backtracking trees are ignored.
 
+A *renewed* tree (``renewed[t]``; L1 and quantile objectives) takes no steps: each leaf value is
+``learning_rate[t] * Q`` with ``Q`` the ``quantile_alpha[t]`` quantile of the residuals ``y - A``
+of the leaf's rows, by the booster's definition ``quantile_method`` (``"xgboost"``,
+``"lightgbm"`` or ``"catboost"``; :mod:`influence_gbdt._quantile`), weighted by the effective
+weights where ``quantile_weighted`` (CatBoost's leaves never are).
+
 Base margin (``base_rule``)
 ---------------------------
 ``"fixed"``: ``base_margin`` stays when the data changes. ``"mean"``: it is the mean link
 ``base_link`` (logit, log, log of class shares, ...) of the label mean weighted by the dataset
 weights (boost_from_average), ``mean = sum d y / sum d`` (class indicators for multiclass).
 ``"newton_step"``: one Newton step of the loss from ``base_anchor``,
-``base_anchor - sum d g / sum d h`` (XGBoost's intercept with ``scale_pos_weight``). Both are
-re-estimated whenever the data changes.
+``base_anchor - sum d g / sum d h`` (XGBoost's intercept with ``scale_pos_weight``).
+``"quantile"``: the ``alpha`` quantile of the labels (the quantile loss's ``alpha``) by the
+booster's definition ``quantile_method``, weighted by the dataset weights. All are re-estimated
+whenever the data changes.
 
 Removing a row and reweighting it
 ---------------------------------
@@ -66,11 +74,12 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ._quantile import METHODS as QUANTILE_METHODS
 from .errors import InputError
 from .losses import LINKS, Loss
 
-BaseRule = Literal["fixed", "mean", "newton_step"]
-BASE_RULES: tuple[str, ...] = ("fixed", "mean", "newton_step")
+BaseRule = Literal["fixed", "mean", "newton_step", "quantile"]
+BASE_RULES: tuple[str, ...] = ("fixed", "mean", "newton_step", "quantile")
 
 
 def _per_tree(name: str, value: ArrayLike, n_trees: int, dtype: type) -> NDArray[Any]:
@@ -147,6 +156,16 @@ class TreeEnsemble:
         Whether steps are accepted only when the training loss improves (CatBoost AnyImprovement).
     n_iterations : ndarray of shape (T,), int64
         Step tries of a backtracking tree (accepted or not); ``n_steps`` otherwise.
+    renewed : ndarray of shape (T,), bool
+        Whether the tree's leaves are renewed quantiles of residuals (module docstring).
+    quantile_alpha : ndarray of shape (T,), float64
+        The quantile level of each renewed tree.
+    quantile_method : {"xgboost", "lightgbm", "catboost"}
+        Whose definition of the (weighted) quantile renewed leaves and the quantile base follow.
+    quantile_weighted : bool
+        Whether the booster weighted its quantiles (it had a weight vector).
+    quantile_delta : float
+        CatBoost's ``delta`` of its Exact leaves and quantile base (0 elsewhere).
     backtracking_objective : {"exact", "fast_logloss", "fast_cross_entropy", "fast_poisson"}
         How the booster computes the loss a backtracking step must lower (module docstring).
     objective_threads : int
@@ -155,7 +174,7 @@ class TreeEnsemble:
         The training loss (name, parameters, outputs, e.g. the hessian floor).
     base_margin : ndarray of shape (K,), float64
         The initial margin added to every row.
-    base_rule : {"fixed", "mean", "newton_step"}
+    base_rule : {"fixed", "mean", "newton_step", "quantile"}
         How the booster would re-estimate ``base_margin`` on changed data (see module docstring).
     base_anchor : ndarray of shape (K,), float64
         The margin a ``"newton_step"`` base estimate starts from.
@@ -199,6 +218,11 @@ class TreeEnsemble:
     step_scales: NDArray[np.float64]
     backtracking: NDArray[np.bool_]
     n_iterations: NDArray[np.int64]
+    renewed: NDArray[np.bool_]
+    quantile_alpha: NDArray[np.float64]
+    quantile_method: str
+    quantile_weighted: bool
+    quantile_delta: float
     backtracking_objective: str
     objective_threads: int
     loss: Loss
@@ -274,7 +298,8 @@ class TreeEnsemble:
         leaves = int(self.leaf_offset[T])
         per_tree = {name: getattr(self, name)[:T] for name in (
             "leaf_index", "n_leaves", "tree_output", "tree_round", "newton", "learning_rate", "l1",
-            "max_delta_step", "l2_per_mean_weight", "n_steps", "step_scales", "backtracking", "n_iterations")}
+            "max_delta_step", "l2_per_mean_weight", "n_steps", "step_scales", "backtracking", "n_iterations",
+            "renewed", "quantile_alpha")}
         return replace(self, leaf_values=self.leaf_values[:leaves], l2=self.l2[:leaves], **per_tree)
 
     def tree_leaf_values(self, t: int) -> NDArray[np.float64]:
@@ -302,6 +327,11 @@ class TreeEnsemble:
         n_steps: ArrayLike | None = None,
         backtracking: ArrayLike = False,
         n_iterations: ArrayLike | None = None,
+        renewed: ArrayLike = False,
+        quantile_alpha: ArrayLike = 0.5,
+        quantile_method: str = "lightgbm",
+        quantile_weighted: bool = False,
+        quantile_delta: float = 0.0,
         backtracking_objective: str = "exact",
         objective_threads: int = 1,
         hessian_floor: float = 0.0,
@@ -345,12 +375,14 @@ class TreeEnsemble:
             Accepted step scales; default one step of scale 1 per tree.
         n_steps, n_iterations : array-like of shape (T,), optional
             Accepted steps (default: all ``S`` columns) and tries (default: ``n_steps``).
+        renewed, quantile_alpha : scalar or (T,)
+        quantile_method, quantile_weighted, quantile_delta : see the class attributes.
         backtracking_objective : str
         objective_threads : int
         hessian_floor : float
             With a loss name: the booster's hessian floor.
         base_margin : scalar or (K,)
-        base_rule : {"fixed", "mean", "newton_step"}
+        base_rule : {"fixed", "mean", "newton_step", "quantile"}
         base_anchor : scalar or (K,)
         base_link : str, optional
             Default: the loss's own mean link.
@@ -459,6 +491,15 @@ class TreeEnsemble:
                              f"{fast[backtracking_objective]} loss, not {loss_obj.name}.")
         if int(objective_threads) < 1:
             raise InputError(f"objective_threads must be >= 1, got {objective_threads}.")
+        renew = _per_tree("renewed", renewed, n_trees, np.bool_)
+        alphas = _per_tree("quantile_alpha", quantile_alpha, n_trees, np.float64)
+        if quantile_method not in QUANTILE_METHODS:
+            raise InputError(
+                f"quantile_method must be one of {sorted(QUANTILE_METHODS)}, got {quantile_method!r}.")
+        if renew.any() and (K != 1 or np.any(shared & renew) or np.any(renew & (steps > 1))):
+            raise InputError("Renewed trees are modelled for single-output models, one tree per round.")
+        if np.any(renew & ((alphas <= 0) | (alphas >= 1))):
+            raise InputError("quantile_alpha of a renewed tree must lie in (0, 1).")
 
         labels = loss_obj.as_labels(y, "training labels")
         if labels.shape[0] != n_rows:
@@ -482,8 +523,8 @@ class TreeEnsemble:
         link = loss_obj.default_link if base_link is None else base_link
         if link not in LINKS:
             raise InputError(f"base_link must be one of {LINKS}, got {link!r}.")
-        if base_rule == "newton_step" and K != 1:
-            raise InputError("The 'newton_step' base rule is modelled for single-output losses only.")
+        if base_rule in ("newton_step", "quantile") and K != 1:
+            raise InputError(f"The {base_rule!r} base rule is modelled for single-output losses only.")
         table = (n_rows, n_groups)
 
         return cls(
@@ -503,6 +544,11 @@ class TreeEnsemble:
             step_scales=np.ascontiguousarray(scales),
             backtracking=_per_tree("backtracking", backtracking, n_trees, np.bool_),
             n_iterations=tries,
+            renewed=renew,
+            quantile_alpha=alphas,
+            quantile_method=quantile_method,
+            quantile_weighted=bool(quantile_weighted),
+            quantile_delta=float(quantile_delta),
             backtracking_objective=backtracking_objective,
             objective_threads=int(objective_threads),
             loss=loss_obj,

@@ -97,6 +97,9 @@ def loss_values(loss: str, y: np.ndarray, m: np.ndarray, prm: dict | None = None
         return (y1 ** (2 - rho) / ((1 - rho) * (2 - rho)) - y1 * np.exp((1 - rho) * x) / (1 - rho)
                 + np.exp((2 - rho) * x) / (2 - rho))
     r = x - y1
+    if loss == "quantile":
+        a, scale = prm.get("alpha", 0.5), prm.get("scale", 1.0)
+        return scale * np.where(r >= 0, (1 - a) * r, -a * r)
     if loss == "huber":
         d = prm["delta"]
         return np.where(np.abs(r) <= d, 0.5 * r * r, d * (np.abs(r) - 0.5 * d))
@@ -107,6 +110,62 @@ def loss_values(loss: str, y: np.ndarray, m: np.ndarray, prm: dict | None = None
         c = prm["c"]
         return c * c * (np.abs(r) / c - np.log1p(np.abs(r) / c))
     return 0.5 * r * r
+
+
+def _f32(x: np.ndarray | float) -> np.ndarray:
+    return np.asarray(x, dtype=np.float32).astype(np.float64)
+
+
+def ref_quantile(  # noqa: C901 -- one branch per booster definition
+    method: str, r: np.ndarray, w: np.ndarray, alpha: float, weighted: bool, delta: float
+) -> float:
+    """The boosters' quantile definitions, written out again from the project notes."""
+    n = r.size
+    if n == 0:
+        return 0.0
+    order = np.argsort(r, kind="stable")
+    v, ww = r[order], w[order]
+    if method == "catboost":
+        need = ww.sum() * alpha
+        cum = np.cumsum(ww)
+        hit = np.nonzero(cum >= need - 2.220446049250313e-16)[0]
+        q = float(v[hit[0]] if hit.size else v[-1])
+        if delta > 0:
+            less, equal = ww[v < q].sum(), ww[v == q].sum()
+            q = q - delta if less + equal * alpha >= need - 2.220446049250313e-16 else q + delta
+        return float(_f32(q))
+    if n == 1:
+        return float(v[0])
+    if method == "xgboost" and not weighted:
+        if alpha <= 1 / (n + 1):
+            return float(v[0])
+        if alpha >= n / (n + 1):
+            return float(v[-1])
+        x = alpha * (n + 1)
+        k = int(np.floor(x)) - 1
+        d = x - 1 - k
+        return float(_f32(v[k] + d * _f32(v[k + 1] - v[k])))
+    if method == "xgboost":
+        cdf = np.cumsum(ww.astype(np.float32), dtype=np.float32).astype(np.float64)
+        idx = min(int(np.searchsorted(cdf, float(_f32(cdf[-1] * alpha)), side="left")), n - 1)
+        return float(v[idx])
+    if not weighted:  # lightgbm: linear interpolation at (n - 1) alpha
+        desc = v[::-1]
+        fp = (n - 1) * (1 - alpha)
+        p = int(fp) + 1
+        if p >= n:
+            return float(desc[-1])
+        b = fp - (p - 1)
+        return float(desc[p - 1] - (desc[p - 1] - desc[p]) * b)
+    cdf = np.cumsum(_f32(ww))
+    t = cdf[-1] * alpha
+    above = np.nonzero(cdf > t)[0]
+    p = min(int(above[0]) if above.size else n - 1, n - 1)
+    if p in (0, n - 1):
+        return float(v[p])
+    if cdf[p] - cdf[p - 1] >= 1:
+        return float(v[p - 1] + (t - cdf[p - 1]) / (cdf[p] - cdf[p - 1]) * (v[p] - v[p - 1]))
+    return float(v[p - 1])
 
 
 def balanced_counts(v: np.ndarray, groups: np.ndarray, present: np.ndarray) -> np.ndarray:
@@ -154,6 +213,9 @@ class Spec:
     base_newton: bool = False  # the refit base is one Newton step from 0 instead of the mean link
     params: dict = field(default_factory=dict)
     K: int = 1
+    renew: str | None = None  # renewed leaves: the quantile method ("xgboost", "lightgbm", "catboost")
+    q_weighted: bool = False
+    q_delta: float = 0.0
 
     # -- the model on changed data ---------------------------------------------------------------
     def factors(self, v: np.ndarray, present: np.ndarray, rule: FactorRule | None) -> np.ndarray:
@@ -165,6 +227,10 @@ class Spec:
         if not self.base_refit:
             return self.base
         u = v * present * self.factors(v, present, self.dataset_rule)[self.groups]
+        if self.renew:
+            keep = present.astype(bool)
+            return np.array([ref_quantile(self.renew, self.y[keep], u[keep], self.params.get("alpha", 0.5),
+                                          self.q_weighted, self.q_delta)])
         if self.base_newton:
             g, h = derivs(self.loss, self.params, self.y, np.zeros((self.y.shape[0], self.K)), self.floor)
             return -np.sum(u[:, None] * g, axis=0) / np.sum(u[:, None] * h, axis=0)
@@ -187,6 +253,7 @@ class Spec:
         """Leaf values of every tree, the accepted step scales, and the base margin, with user
         weights ``v`` on the rows ``present``."""
         present = np.ones(self.y.shape[0], bool) if present is None else present
+        self._present = present
         w = (v * present * self.factors(v, present, self.dataset_rule)[self.groups]
              * self.factors(v, present, self.objective_rule)[self.groups])
         mean_w = w.sum() / present.sum()
@@ -224,6 +291,16 @@ class Spec:
 
     def _tree(self, t: int, A: np.ndarray, w: np.ndarray, mean_w: float) -> tuple[np.ndarray, list[float]]:
         u = np.zeros(self.n_leaves[t])
+        if self.renew:
+            r = self.y - A[:, 0]
+            if self.renew != "lightgbm":
+                r = _f32(r)
+            weights = np.ones_like(w) if self.renew == "catboost" else w
+            for leaf in range(self.n_leaves[t]):
+                rows = (self.leaf[t] == leaf) & self._present
+                u[leaf] = ref_quantile(self.renew, r[rows], weights[rows], self.params.get("alpha", 0.5),
+                                       self.q_weighted, self.q_delta)
+            return self.lr[t] * u, [1.0]
         if not self.backtrack:
             for s in range(self.scales.shape[1]):
                 u = u + self.scales[t, s] * self._steps(t, A, w, mean_w, u)
@@ -306,7 +383,13 @@ class Spec:
             backtracking=self.backtrack,
             n_iterations=self.n_iter if self.backtrack else None,
             base_margin=self.base,
-            base_rule=("newton_step" if self.base_newton else "mean") if self.base_refit else "fixed",
+            base_rule=(("quantile" if self.renew else "newton_step" if self.base_newton else "mean")
+                       if self.base_refit else "fixed"),
+            renewed=self.renew is not None,
+            quantile_alpha=self.params.get("alpha", 0.5),
+            quantile_method=self.renew or "lightgbm",
+            quantile_weighted=self.q_weighted,
+            quantile_delta=self.q_delta,
             init_offset=self.offset,
             user_weight=self.v,
             weight_group=self.groups,
@@ -352,6 +435,9 @@ def random_spec(
     params: dict | None = None,
     K: int = 1,
     floor: float = 0.0,
+    renew: str | None = None,
+    q_weighted: bool = False,
+    q_delta: float = 0.0,
 ) -> Spec:
     """A random structure with random labels, weights and offsets; multi-output losses get one
     tree per output per round (``K`` outputs)."""
@@ -363,7 +449,9 @@ def random_spec(
     leaf = np.stack([rng.integers(0, L, n) for L in n_leaves])
     test_leaf = np.stack([rng.integers(0, L, m) for L in n_leaves])
     y, y_test = _labels(loss, K, n, rng), _labels(loss, K, m, rng)
-    v = rng.uniform(0.3, 2.5, n) if weighted else np.ones(n)
+    # Weights on a float32-exact grid (multiples of 1/256), so that a booster's float32 weights and
+    # the finite-difference steps of the tests (multiples of 2**-10) involve no rounding.
+    v = np.round(rng.uniform(0.3, 2.5, n) * 256) / 256 if weighted else np.ones(n)
     scales = np.ones((n_trees, n_steps))
     if n_steps > 1 and not backtrack:
         scales[:, 1::2] = 0.5  # backtracking-like accepted half steps
@@ -402,6 +490,9 @@ def random_spec(
         base_newton=base_newton,
         params=dict(params or {}),
         K=K,
+        renew=renew,
+        q_weighted=q_weighted,
+        q_delta=q_delta,
     )
     if base_refit:
         spec.base = spec.base_for(v, np.ones(n, bool))

@@ -23,7 +23,6 @@ from influence_gbdt.adapters import adapter_for  # noqa: E402
 from influence_gbdt.adapters.catboost import CatBoostAdapter  # noqa: E402
 
 from influence_gbdt.engine import InfluenceEngine, TestPoints  # noqa: E402
-from influence_gbdt.ensemble import TreeEnsemble  # noqa: E402
 from influence_gbdt.errors import InputError, ReproductionError, UnsupportedModelError  # noqa: E402
 
 N, M = 600, 40

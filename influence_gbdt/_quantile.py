@@ -1,0 +1,238 @@
+"""Renewed leaves (numba): a leaf's value is a quantile of its rows' residuals. Private.
+
+For L1 / quantile objectives the boosters grow a tree with pinball gradients and then *replace*
+each leaf value by ``learning_rate * Q_alpha(residuals of the leaf's rows)``, residual ``y - m``
+at the margins the tree starts from. The three boosters define the (weighted) quantile
+differently; each definition is reproduced here, measured against the boosters' stored leaves
+(project notes: xgboost-facts Q3/Q5, lightgbm-facts section 4, catboost-facts section 7):
+
+- ``QUANTILE_XGBOOST``: residuals rounded to float32. Without weights the (n + 1) rule with
+  linear interpolation (``x = alpha (n + 1)``, between order statistics ``floor(x) - 1`` and the
+  next; the extremes below ``1 / (n + 1)`` and above ``n / (n + 1)``); with weights a step function
+  of the float32 cumulative weight (the first order statistic whose cumulative weight reaches
+  ``alpha`` times the total).
+- ``QUANTILE_LIGHTGBM``: residuals in double. Without weights linear interpolation at position
+  ``(n - 1) alpha``; with weights (4.7.0) the first order statistic ``p`` whose cumulative weight
+  exceeds ``alpha W``, interpolated from the previous one by ``(alpha W - C[p-1]) / w[p]`` when
+  ``w[p] >= 1`` (else the previous one itself).
+- ``QUANTILE_CATBOOST`` (``leaf_estimation_method='Exact'``): residuals rounded to float32; the
+  smallest order statistic whose cumulative weight reaches ``alpha W`` (a bisection from 100 rows
+  on, which differs only at 0), then ``-delta`` if the weight below it plus ``alpha`` times the
+  weight equal to it reach ``alpha W``, else ``+delta``; the result rounded to float32. Its leaves
+  weight every row 1 (CatBoost ignores sample weights there); its quantile base uses the weights.
+
+Derivatives (what LeafInfluence differentiates): the quantile is piecewise linear in the
+residuals -- it follows one or two order statistics, with coefficients ``coef`` -- and, for
+LightGBM's weighted interpolation only, piecewise linear in the weights: ``dQ/dw_j = slope *
+(alpha - [j before p] - c [j is p])`` with ``slope = (v[p] - v[p-1]) / w[p]`` and ``c`` the
+interpolation fraction. Every other definition is a step function of the weights (derivative 0).
+At the points where the selected order statistic changes the quantile is not differentiable;
+those are a null set of weights and margins.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import NDArray
+
+from . import _jit as numba
+
+QUANTILE_XGBOOST = 0
+QUANTILE_LIGHTGBM = 1
+QUANTILE_CATBOOST = 2
+METHODS = {"xgboost": QUANTILE_XGBOOST, "lightgbm": QUANTILE_LIGHTGBM, "catboost": QUANTILE_CATBOOST}
+
+_jit = numba.njit(cache=True, nogil=True)
+_DBL_EPS = 2.220446049250313e-16
+
+
+@_jit
+def _f32(x: float) -> float:
+    return np.float64(np.float32(x))
+
+
+@_jit
+def residual(method: int, y: float, m: float) -> float:
+    """A row's residual ``y - m`` as the booster computes it (float32 for XGBoost and CatBoost)."""
+    return _f32(y - m) if method != QUANTILE_LIGHTGBM else y - m
+
+
+@_jit
+def quantile(  # noqa: C901 -- one branch per booster definition
+    method: int, r: NDArray[np.float64], w: NDArray[np.float64], alpha: float, weighted: bool,
+    delta: float, sel: NDArray[np.int64], coef: NDArray[np.float64], wd: NDArray[np.float64],
+    order: NDArray[np.int64],
+) -> float:
+    """The booster's ``alpha`` quantile of residuals ``r`` (n,) with weights ``w`` (n,).
+
+    ``weighted``: the booster used a weight vector (XGBoost and LightGBM take another path then,
+    even for all-one weights). Outputs: ``order`` (n,) the stable ascending order of ``r``;
+    ``sel`` (2,) positions in ``r`` of the order statistics the quantile follows (-1: none) and
+    ``coef`` (2,) ``dQ / dr[sel]``; ``wd`` (4,) = ``(slope, alpha, c, p)`` of the weight derivative
+    (slope 0: none; see :func:`weight_slope`). Returns 0 for an empty leaf.
+    """
+    n = r.shape[0]
+    sel[:] = -1
+    coef[:] = 0.0
+    wd[:] = 0.0
+    if n == 0:
+        return 0.0
+    order[:] = np.argsort(r, kind="mergesort")
+    if n == 1:
+        sel[0], coef[0] = order[0], 1.0
+        return r[order[0]]
+    if method == QUANTILE_CATBOOST:
+        return _catboost(r, w, order, alpha, delta, sel, coef)
+    if method == QUANTILE_XGBOOST and not weighted:
+        if alpha <= 1.0 / (n + 1):
+            sel[0], coef[0] = order[0], 1.0
+            return r[order[0]]
+        if alpha >= n / (n + 1.0):
+            sel[0], coef[0] = order[n - 1], 1.0
+            return r[order[n - 1]]
+        x = alpha * (n + 1)
+        k = math.floor(x) - 1
+        d = x - 1 - k
+        lo, hi = r[order[k]], r[order[k + 1]]
+        sel[0], sel[1], coef[0], coef[1] = order[k], order[k + 1], 1.0 - d, d
+        return _f32(lo + d * _f32(hi - lo))
+    if method == QUANTILE_XGBOOST:  # weighted: a step function of the float32 cumulative weight
+        cdf = np.empty(n)
+        acc32 = np.float32(0.0)
+        for i in range(n):
+            acc32 = np.float32(acc32 + np.float32(w[order[i]]))
+            cdf[i] = acc32
+        thresh = _f32(cdf[n - 1] * alpha)
+        i = 0
+        while i < n - 1 and cdf[i] < thresh:
+            i += 1
+        sel[0], coef[0] = order[i], 1.0
+        return r[order[i]]
+    if not weighted:  # LightGBM, linear interpolation at (n - 1) alpha over the ascending order
+        fp = (n - 1) * (1.0 - alpha)
+        p = int(fp) + 1
+        if p >= n:
+            sel[0], coef[0] = order[0], 1.0
+            return r[order[0]]
+        b = fp - (p - 1)
+        upper, lower = order[n - p], order[n - 1 - p]  # descending positions p - 1 and p
+        sel[0], sel[1], coef[0], coef[1] = upper, lower, 1.0 - b, b
+        return r[upper] - (r[upper] - r[lower]) * b
+    # LightGBM weighted (4.7.0)
+    cdf = np.empty(n)
+    acc = 0.0
+    for i in range(n):
+        acc += np.float64(np.float32(w[order[i]]))
+        cdf[i] = acc
+    t = cdf[n - 1] * alpha
+    p = 0
+    while p < n - 1 and not cdf[p] > t:
+        p += 1
+    if p == 0 or p == n - 1:
+        sel[0], coef[0] = order[p], 1.0
+        return r[order[p]]
+    v1, v2 = r[order[p - 1]], r[order[p]]
+    w_p = cdf[p] - cdf[p - 1]
+    if w_p >= 1.0:
+        c = (t - cdf[p - 1]) / w_p
+        sel[0], sel[1], coef[0], coef[1] = order[p - 1], order[p], 1.0 - c, c
+        wd[0], wd[1], wd[2], wd[3] = (v2 - v1) / w_p, alpha, c, p
+        return v1 + c * (v2 - v1)
+    sel[0], coef[0] = order[p - 1], 1.0
+    return v1
+
+
+@_jit
+def _catboost(
+    r: NDArray[np.float64], w: NDArray[np.float64], order: NDArray[np.int64], alpha: float, delta: float,
+    sel: NDArray[np.int64], coef: NDArray[np.float64],
+) -> float:
+    """CatBoost's weighted sample quantile (no interpolation), then -/+ delta, float32."""
+    n = r.shape[0]
+    total = 0.0
+    for j in range(n):
+        total += w[j]
+    need = total * alpha
+    i, acc = 0, w[order[0]]
+    while i < n - 1 and acc < need - _DBL_EPS:
+        i += 1
+        acc += w[order[i]]
+    q = r[order[i]]
+    if n >= 100 and q == 0.0:  # CatBoost bisects from 100 rows on: it lands just above 0 there
+        lo, hi = r[order[0]] - _DBL_EPS, r[order[n - 1]]
+        for _ in range(100):
+            mid = (lo + hi) / 2
+            below = 0.0
+            for j in range(n):
+                if r[j] <= mid:
+                    below += w[j]
+            if below < need - _DBL_EPS:
+                lo = mid
+            else:
+                hi = mid
+        q = hi
+    sel[0], coef[0] = order[i], 1.0
+    if delta > 0.0:
+        less, equal = 0.0, 0.0
+        for j in range(n):
+            if r[j] < q:
+                less += w[j]
+            elif r[j] == q:
+                equal += w[j]
+        q = q - delta if less + equal * alpha >= need - _DBL_EPS else q + delta
+    return _f32(q)
+
+
+@_jit
+def quantile_without(
+    method: int, values: NDArray[np.float64], w: NDArray[np.float64], alpha: float, weighted: bool,
+    delta: float, idx: NDArray[np.int64],
+) -> NDArray[np.float64]:
+    """The quantile of ``values`` (n,) with each row of ``idx`` (B,) deleted in turn, shape (B,)."""
+    n = values.shape[0]
+    out = np.empty(idx.shape[0])
+    sel = np.empty(2, dtype=np.int64)
+    coef = np.empty(2)
+    wd = np.empty(4)
+    order = np.empty(n - 1, dtype=np.int64)
+    v = np.empty(n - 1)
+    ww = np.empty(n - 1)
+    for b in range(idx.shape[0]):
+        k = 0
+        for j in range(n):
+            if j != idx[b]:
+                v[k], ww[k] = values[j], w[j]
+                k += 1
+        out[b] = quantile(method, v, ww, alpha, weighted, delta, sel, coef, wd, order)
+    return out
+
+
+@_jit
+def quantile_weight_derivative(
+    method: int, values: NDArray[np.float64], w: NDArray[np.float64], alpha: float, weighted: bool,
+    delta: float,
+) -> NDArray[np.float64]:
+    """``dQ / dw_j`` of the quantile of ``values`` (n,) for every row, shape (n,)."""
+    n = values.shape[0]
+    sel = np.empty(2, dtype=np.int64)
+    coef = np.empty(2)
+    wd = np.empty(4)
+    order = np.empty(n, dtype=np.int64)
+    quantile(method, values, w, alpha, weighted, delta, sel, coef, wd, order)
+    out = np.zeros(n)
+    for position in range(n):
+        out[order[position]] = weight_slope(wd, position)
+    return out
+
+
+@_jit
+def weight_slope(wd: NDArray[np.float64], position: int) -> float:
+    """``dQ / dw`` of the row at ``position`` in the sorted order, from the descriptor ``wd`` of
+    :func:`quantile` (``wd[3]`` is the position of the order statistic ``p``)."""
+    if wd[0] == 0.0:
+        return 0.0
+    before = 1.0 if position < wd[3] else 0.0
+    at = 1.0 if position == wd[3] else 0.0
+    return wd[0] * (wd[1] - before - at * wd[2])
