@@ -9,6 +9,8 @@ rounding) and refit differences to ~1e-13 relative (measured 2e-14 to 8e-14; 2e-
 
 from __future__ import annotations
 
+import copy
+import pickle
 import re
 
 import numpy as np
@@ -17,7 +19,7 @@ import pytest
 
 lgb = pytest.importorskip("lightgbm")
 
-from influence_gbdt.adapters.lightgbm import LightGBMAdapter  # noqa: E402
+from influence_gbdt.adapters.lightgbm import K_EPSILON, LightGBMAdapter  # noqa: E402
 
 from influence_gbdt.engine import TestPoints  # noqa: E402
 from influence_gbdt.errors import InputError, ReproductionError, UnsupportedModelError  # noqa: E402
@@ -338,3 +340,166 @@ def test_feature_names_as_lightgbm_stores_them(data):
     adapter.check_features(X)
     with pytest.raises(InputError, match=r"another order\). Select them in the model's order"):
         adapter.check_features(X[["b", "my a", "c"]])
+
+
+# ---------------------------------------------------------------------------------------------
+# The models users have: defaults, pandas categoricals, string labels, class weights, weights.
+# Ground truth: LightGBM's own raw prediction, on the training rows and on new rows.
+
+
+@pytest.fixture(scope="module")
+def adult() -> dict[str, object]:
+    from influence_gbdt.datasets import load_adult
+
+    X, y = load_adult()
+    X = X.iloc[:1200].copy()
+    for col in X.columns:
+        if X[col].dtype != np.int64:
+            X[col] = X[col].astype("category")
+    labels = np.where(y[:1200] == 1, ">50K", "<=50K")
+    w = np.random.default_rng(3).uniform(0.2, 3.0, 1200)
+    return {"X": X.iloc[:1000], "Xt": X.iloc[1000:], "y": labels[:1000], "w": w[:1000]}
+
+
+def assert_explains_predict(model, X, Xt, y, w=None) -> tuple[LightGBMAdapter, object]:
+    """The explained margins equal the model's own ``predict(raw_score=True)`` on training and new
+    rows (measured: bit for bit; the engine adds LightGBM's stored leaves in LightGBM's order)."""
+    adapter = LightGBMAdapter(model)
+    engine = adapter.prepare(X, y, w)
+    for rows in (X, Xt):
+        theirs = np.asarray(model.predict(rows, raw_score=True), dtype=np.float64)
+        ours = engine.predict_margin(points_of(adapter, rows))
+        np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-12 * np.abs(theirs).max())
+    return adapter, engine
+
+
+@pytest.mark.parametrize(
+    "case", ["classifier", "regressor", "balanced", "is_unbalance", "class_weight_dict", "sample_weight"]
+)
+def test_default_models_explain_their_predictions(adult, case):
+    X, Xt, y, w = adult["X"], adult["Xt"], adult["y"], None
+    if case == "regressor":
+        X, Xt = X.drop(columns="hours-per-week"), Xt.drop(columns="hours-per-week")
+        y = adult["X"]["hours-per-week"].to_numpy(float)
+        model = lgb.LGBMRegressor(verbose=-1)
+    else:
+        extra = {
+            "balanced": {"class_weight": "balanced"},
+            "is_unbalance": {"is_unbalance": True},
+            "class_weight_dict": {"class_weight": {">50K": 3.0}},
+        }.get(case, {})
+        model = lgb.LGBMClassifier(verbose=-1, **extra)
+        w = adult["w"] if case == "sample_weight" else None
+    model.fit(X, y, sample_weight=w)
+    assert model.booster_.num_trees() == 100
+    _, engine = assert_explains_predict(model, X, Xt, y, w)
+    # Measured 2e-15 .. 2e-14 on these defaults (pandas categoricals: many-vs-many splits, cat_l2).
+    assert engine.relative_residual < 1e-13
+
+
+# ---------------------------------------------------------------------------------------------
+# Early stopping: the trees LightGBM's default predict uses (best_iteration, clamped to the trees
+# held; all trees where best_iteration is lost).
+
+
+@pytest.fixture(scope="module")
+def split_data() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(900, 5))
+    y = (X[:, 0] + X[:, 1] ** 2 - 1 + rng.normal(scale=1.5, size=900) > 0).astype(int)
+    return {"X": X[:500], "y": y[:500], "Xv": X[500:800], "yv": y[500:800], "Xt": X[800:]}
+
+
+ES_PARAMS = dict(learning_rate=0.3, num_leaves=8, verbose=-1, n_jobs=1, deterministic=True)
+
+
+@pytest.mark.filterwarnings("ignore:The argument 'eval_set' is deprecated")
+@pytest.mark.parametrize("kind", ["classifier", "regressor"])
+def test_early_stopped_sklearn_models(split_data, kind):
+    d = split_data
+    y, yv = d["y"], d["yv"]
+    if kind == "regressor":
+        y, yv = y + d["X"][:, 2], yv + d["Xv"][:, 2]
+    cls = lgb.LGBMClassifier if kind == "classifier" else lgb.LGBMRegressor
+    model = cls(n_estimators=300, **ES_PARAMS).fit(
+        d["X"], y, eval_set=[(d["Xv"], yv)], callbacks=[lgb.early_stopping(5, verbose=False)]
+    )
+    assert 0 < model.best_iteration_ < 300
+    adapter, _ = assert_explains_predict(model, d["X"], d["Xt"], y)
+    assert adapter.n_trees == model.best_iteration_
+
+
+def test_early_stopped_boosters(split_data):
+    d = split_data
+    params = {"objective": "binary", **ES_PARAMS}
+
+    def early_stopped() -> lgb.Booster:
+        return lgb.train(
+            params, lgb.Dataset(d["X"], d["y"]), 300, valid_sets=[lgb.Dataset(d["Xv"], d["yv"])],
+            callbacks=[lgb.early_stopping(5, verbose=False)], keep_training_booster=True,
+        )
+
+    booster = early_stopped()
+    best, held = booster.best_iteration, booster.num_trees()
+    assert 0 < best < held
+    rolled = early_stopped()
+    while rolled.current_iteration() > best - 2:
+        rolled.rollback_one_iter()
+    cases = [
+        (booster, best),  # holds every tree, predict uses best_iteration
+        (lgb.Booster(model_str=booster.model_to_string()), best),  # saved at best_iteration
+        (lgb.Booster(model_str=booster.model_to_string(num_iteration=-1)), held),  # reloaded: all
+        (pickle.loads(pickle.dumps(booster)), best),  # pickling keeps best_iteration
+        (copy.deepcopy(booster), held),  # deepcopy loses best_iteration: predict uses all
+        (rolled, best - 2),  # best_iteration beyond the trees held: predict clamps
+    ]
+    for model, used in cases:
+        adapter, _ = assert_explains_predict(model, d["X"], d["Xt"], d["y"])
+        assert adapter.n_trees == used
+
+
+def test_prediction_early_stop_refused(split_data):
+    model = lgb.LGBMClassifier(n_estimators=5, pred_early_stop=True, verbose=-1)
+    model.fit(split_data["X"], split_data["y"])
+    with pytest.raises(UnsupportedModelError, match=r"pred_early_stop=True.*Set pred_early_stop=False"):
+        LightGBMAdapter(model)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact parameters, LightGBM's constants, and what a failed self-check says.
+
+
+def test_parameters_printed_with_six_digits(data):
+    X, y = data["X"][:, :5], data["binary"]
+    model = lgb.LGBMClassifier(
+        n_estimators=15, num_leaves=8, learning_rate=0.123456789, reg_lambda=1.23456789, verbose=-1
+    ).fit(X, y)
+    text = model.booster_.model_to_string()
+    assert "[learning_rate: 0.123457]" in text and "shrinkage=0.123457" in text
+    # The booster keeps the values given at training (under the wrapper's names): exact.
+    assert LightGBMAdapter(model).prepare(X, y).relative_residual < 1e-13
+    loaded = lgb.Booster(model_str=text)  # only the 6-digit print survives
+    with pytest.raises(
+        ReproductionError,
+        match="not reproduced",
+    ):
+        LightGBMAdapter(loaded).prepare(X, y)
+    exact = {"learning_rate": 0.123456789, "lambda_l2": 1.23456789}
+    assert LightGBMAdapter(loaded, params=exact).prepare(X, y).relative_residual < 1e-13
+
+
+def test_k_epsilon_is_the_float_literal():
+    assert K_EPSILON == 1.0000000036274937e-15  # 1e-15f in include/LightGBM/meta.h
+
+
+def test_booster_refit_is_no_reference_with_boost_from_average(data):
+    # Documented in the adapter: LightGBM's own refit keeps the init score inside tree 0 and refits
+    # it from 0, so on the training data itself it does not return a boost_from_average model.
+    X, y = data["X"], data["binary"]
+    booster = train(data, "binary", False, True, cat_l2=0.0)
+    refit = booster.refit(X, y, decay_rate=0.0).predict(data["Xt"], raw_score=True)
+    assert np.abs(refit - booster.predict(data["Xt"], raw_score=True)).max() > 0.1
+    plain = train(data, "binary", False, False, cat_l2=0.0)
+    refit = plain.refit(X, y, decay_rate=0.0).predict(data["Xt"], raw_score=True)
+    np.testing.assert_allclose(refit, plain.predict(data["Xt"], raw_score=True), atol=1e-12)
+
