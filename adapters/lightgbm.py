@@ -25,10 +25,13 @@ What the adapter resolves (measured against LightGBM 4.7.0, see the project's Li
 - class weights, binary models (each row's group is its class):
 
   * sklearn ``class_weight`` (``LGBMClassifier`` only) multiplies the sample weight in float64 before
-    LightGBM stores it as float32, so it enters the init score: ``dataset_factor``;
+    LightGBM stores it as float32, so it enters the init score: ``dataset_factor``. ``"balanced"``
+    is ``n / (2 * count_c)`` from row *counts*: deleting row ``i`` changes it
+    (``dataset_factor_without``), a weight change does not; a dict is constant;
   * ``is_unbalance=True``: label weights from row *counts* (the larger class over the smaller one for
     the smaller class, 1 for the other), applied in the objective only, not in the init score:
-    ``objective_factor``; ``scale_pos_weight`` multiplies the positive class's label weight.
+    ``objective_factor`` with ``objective_factor_without``; ``scale_pos_weight`` multiplies the
+    positive class's label weight (constant).
 
 Comparing with ``Booster.refit(decay_rate=0)``: the engine with ``refit_base=False``
 (``base_score="fixed"``) is LightGBM's refit only for models trained with
@@ -292,9 +295,10 @@ class LightGBMAdapter(BoosterAdapter):
             shrinkage.append(lr if rate in (lr, _six_digits(lr)) else rate)
         return values, l2s, np.asarray(shrinkage)
 
-    def _class_factors(self, y_raw: NDArray[Any], pos: NDArray[np.bool_]) -> dict[str, Any]:
+    def _class_factors(self, y_raw: NDArray[Any], pos: NDArray[np.bool_], unit: bool) -> dict[str, Any]:
         """The class weighting as :meth:`TreeEnsemble.build` arguments (see the module docstring):
-        ``weight_group`` (n,) and the factors (G,)."""
+        ``weight_group`` (n,), the factors (G,) and their deletion tables (n, G) or None. ``unit``:
+        every user weight is 1, so the Dataset weight is the float32 class factor itself."""
         n = pos.shape[0]
         groups = pos.astype(np.int64) if self.loss == "logloss" else np.zeros(n, dtype=np.int64)
         n_groups = int(groups.max()) + 1
@@ -302,19 +306,33 @@ class LightGBMAdapter(BoosterAdapter):
         if self.loss != "logloss":
             return out
         counts = np.bincount(groups, minlength=2).astype(np.float64)  # [negatives, positives]
+        without = np.repeat(counts[None, :], n, axis=0)  # the counts after deleting row i
+        without[np.arange(n), groups] -= 1.0
+
         class_weight = getattr(self.model, "class_weight", None)
         if isinstance(self.model, lgb.LGBMClassifier) and class_weight is not None:
-            from sklearn.utils.class_weight import compute_sample_weight
+            if isinstance(class_weight, str) and class_weight == "balanced":
+                # sklearn compute_sample_weight: n_samples / (n_classes * bincount), from counts. With
+                # unit user weights the factors are given as LightGBM stores them (float32), so that
+                # sums rescaled from one factor to another stay exact.
+                rounding = _float32 if unit else np.asarray
+                out["dataset_factor"] = rounding(n / (2.0 * np.maximum(counts, 1.0)))[:n_groups]
+                factor_without = (n - 1) / (2.0 * np.maximum(without, 1.0))  # (a class without rows)
+                out["dataset_factor_without"] = rounding(factor_without)[:, :n_groups]
+            else:
+                from sklearn.utils.class_weight import compute_sample_weight
 
-            per_row = np.asarray(compute_sample_weight(class_weight, y_raw), dtype=np.float64)
-            factor = np.ones(n_groups)
-            factor[groups] = per_row  # constant within a class
-            out["dataset_factor"] = factor
+                per_row = np.asarray(compute_sample_weight(class_weight, y_raw), dtype=np.float64)
+                factor = np.ones(n_groups)
+                factor[groups] = per_row  # constant within a class
+                out["dataset_factor"] = factor
 
         unbalance = self._params.get("is_unbalance") == "1"
         scale_pos = self._param("scale_pos_weight", 1.0)
         if unbalance or scale_pos != 1.0:
             out["objective_factor"] = _label_weights(counts[None, :], unbalance, scale_pos)[0, :n_groups]
+            if unbalance:
+                out["objective_factor_without"] = _label_weights(without, unbalance, scale_pos)[:, :n_groups]
         return out
 
     def _labels(self, y: ArrayLike) -> tuple[NDArray[Any], NDArray[np.float64]]:
@@ -353,7 +371,7 @@ class LightGBMAdapter(BoosterAdapter):
         user_w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, np.float64).ravel()
         if user_w.shape != (n,):
             raise InputError(f"sample_weight has shape {user_w.shape}, expected ({n},).")
-        classes = self._class_factors(y_raw, labels > 0)
+        classes = self._class_factors(y_raw, labels > 0, unit=bool(np.all(user_w == 1.0)))
         offset = self.init_offset(X, init_score)
 
         values, l2, shrinkage = self._leaves()
