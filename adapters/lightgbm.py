@@ -51,8 +51,9 @@ import lightgbm as lgb
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from influence_gbdt.engine import InfluenceEngine
 from influence_gbdt.ensemble import TreeEnsemble
-from influence_gbdt.errors import InputError, UnsupportedModelError
+from influence_gbdt.errors import InputError, ReproductionError, UnsupportedModelError
 
 from .base import BoosterAdapter, check_numeric_params
 
@@ -61,6 +62,8 @@ from .base import BoosterAdapter, check_numeric_params
 K_EPSILON = float(np.float32(1e-15))
 
 _OBJECTIVES = {"binary": "logloss", "regression": "squared_error"}
+#: Parameters that enter leaf values (the ones whose 6-digit print can spoil the self-check).
+_LEAF_PARAMS = ("learning_rate", "lambda_l1", "lambda_l2", "cat_l2", "max_delta_step", "scale_pos_weight")
 
 
 def _booster_of(model: Any) -> lgb.Booster:
@@ -225,12 +228,22 @@ class LightGBMAdapter(BoosterAdapter):
 
     library = "lightgbm"
     data_errors: ClassVar[tuple[type[Exception], ...]] = (lgb.basic.LightGBMError,)
-    # Measured residuals are <= 6e-16 relative with float32 gradients mirrored. The tolerance keeps
-    # room for LightGBM's different summation order and, on large data, for the rare row whose
-    # float32 gradient rounds the other way after a last-bit margin difference (one float32 ulp of
-    # one row, <~1e-9 of the largest leaf for leaves of a few rows), yet stays below the 2e-8 to
-    # 8e-8 left by unmirrored rounding and far below the 1e-3 of wrong data or parameters.
-    rtol = 1e-9
+    # The self-check recomputes each tree at the margins of the model's *stored* earlier trees, so
+    # rounding does not cascade. Correct data, measured (Adult numeric columns, LGBMClassifier
+    # defaults, 500..3000 rows, 300..4000 trees, with sample weights, 'balanced', is_unbalance;
+    # regressors; pandas categoricals; the test models): at most ROUNDING_MEASURED (3000 rows, 2000
+    # and 4000 trees; 1.1e-9 at 1000 rows; <= 2e-14 at the 100-tree defaults). It comes from the rows
+    # whose float32 gradient rounds the other way than LightGBM's: the engine computes log-loss
+    # gradients as p - y, LightGBM as -y'/(1 + exp(y' s)); with LightGBM's form the same models give
+    # <= 2.1e-12. Wrong data or parameters: at least WRONG_MEASURED (the project's LightGBM notes: a
+    # learning-rate schedule read from 6-digit shrinkages). Measured here on the same models: one
+    # row's weight off by 1%: >= 1.1e-6 (lower bound over every row), 1e-5 .. 3e-5 in full;
+    # lambda_l2 1e-6 instead of 0: 7.5e-5; the learning rate off by 1e-6: 1e-5; the last row
+    # missing: 9e-3; a label flipped or two rows swapped: >= 3.7. rtol is the geometric middle of
+    # the gap, ~6x from either side.
+    rtol = 3e-8
+    ROUNDING_MEASURED: ClassVar[float] = 5.2e-9
+    WRONG_MEASURED: ClassVar[float] = 2e-7
 
     def __init__(self, model: Any, params: Mapping[str, Any] | None = None) -> None:
         super().__init__(model, params)
@@ -419,6 +432,64 @@ class LightGBMAdapter(BoosterAdapter):
             float32_weights=True,
             float32_gradients=True,
             **classes,
+        )
+
+    def prepare(
+        self,
+        X: Any,
+        y: ArrayLike,
+        sample_weight: ArrayLike | None = None,
+        init_score: ArrayLike | None = None,
+    ) -> InfluenceEngine:
+        """Describe the model on its training data and prove the description reproduces it.
+
+        Raises
+        ------
+        ReproductionError
+            If a recomputed leaf value differs from the stored one by more than ``rtol``; the
+            message says whether the difference is at the level of float rounding or of a mismatch.
+        """
+        engine = InfluenceEngine(self.describe(X, y, sample_weight, init_score))
+        if not engine.relative_residual <= self.rtol:
+            raise ReproductionError(self._mismatch(engine))
+        return engine
+
+    def _mismatch(self, engine: InfluenceEngine) -> str:
+        """The self-check failure message: rounding (a residual below every wrong-data level
+        measured) or not reproduced, with what to do."""
+        r = engine.relative_residual
+        where = (f"recomputed leaf values differ from the stored ones by {r:.2g} (relative; tolerance "
+                 f"{self.rtol:.0g}, worst in tree {int(np.argmax(engine.tree_residual))})")
+        if r < self.WRONG_MEASURED:
+            return (
+                f"LightGBM model reproduced only up to float rounding: {where}. That is more than "
+                f"LightGBM's own rounding leaves on correct data (<= {self.ROUNDING_MEASURED:.2g} measured, "
+                f"growing with the number of trees) but less than any wrong data or parameter measured "
+                f"(>= {self.WRONG_MEASURED:.1g}): most likely rounding on a longer model than measured, "
+                "not a data mismatch." + self._printed_params_note()
+            )
+        return (
+            f"LightGBM model not reproduced from the data given: {where}; LightGBM's own rounding leaves "
+            f"at most {self.ROUNDING_MEASURED:.2g}, so the data or a parameter differs. {self.hint}"
+            + self._printed_params_note()
+        )
+
+    def _printed_params_note(self) -> str:
+        """Name the leaf parameters that may be 6-digit prints (6 significant digits, no more precise
+        value given), if any."""
+        printed = {}
+        for key in _LEAF_PARAMS:
+            value = self._param(key)
+            digits = f"{value:.6g}".split("e")[0].lstrip("-").replace(".", "").lstrip("0")
+            maybe_rounded = value == _six_digits(value) and len(digits) >= 6
+            if maybe_rounded and key in self._params and key not in self.params:
+                printed[key] = value
+        if not printed:
+            return ""
+        exact = ", ".join(f"'{k}': <exact value>" for k in printed)
+        return (
+            f" The model text prints {printed} with 6 significant digits: if training used more digits "
+            f"(a loaded or copied model keeps only the print), pass params={{{exact}}}."
         )
 
     def model_features(self) -> tuple[int, list[str] | None]:

@@ -13,6 +13,7 @@ import copy
 import dataclasses
 import pickle
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -571,15 +572,30 @@ def test_parameters_printed_with_six_digits(data):
     loaded = lgb.Booster(model_str=text)  # only the 6-digit print survives
     with pytest.raises(
         ReproductionError,
-        match="not reproduced",
+        match=r"not reproduced.*6 significant digits.*params=\{'learning_rate': <exact value>, "
+        r"'lambda_l2': <exact value>\}",
     ):
         LightGBMAdapter(loaded).prepare(X, y)
     exact = {"learning_rate": 0.123456789, "lambda_l2": 1.23456789}
     assert LightGBMAdapter(loaded, params=exact).prepare(X, y).relative_residual < 1e-13
+    with pytest.raises(ReproductionError) as wrong:  # exact values known: no word about printing
+        LightGBMAdapter(model).prepare(X, y[::-1].copy())
+    assert "not reproduced" in str(wrong.value) and "significant digits" not in str(wrong.value)
 
 
 def test_k_epsilon_is_the_float_literal():
     assert K_EPSILON == 1.0000000036274937e-15  # 1e-15f in include/LightGBM/meta.h
+
+
+def test_failure_message_tells_rounding_from_mismatch(data):
+    adapter = LightGBMAdapter(train(data, "binary", False))
+    above = 3 * adapter.rtol  # refused, yet below every wrong-data residual measured
+    assert adapter.ROUNDING_MEASURED < adapter.rtol < above < adapter.WRONG_MEASURED
+    rounding = SimpleNamespace(relative_residual=above, tree_residual=np.array([0.0, 1.0]))
+    assert re.search(r"only up to float rounding: .* worst in tree 1\).*not a data mismatch",
+                     adapter._mismatch(rounding))
+    mismatch = SimpleNamespace(relative_residual=1e-6, tree_residual=np.array([1.0]))
+    assert re.search(r"not reproduced .*so the data or a parameter differs", adapter._mismatch(mismatch))
 
 
 def test_booster_refit_is_no_reference_with_boost_from_average(data):
@@ -593,3 +609,11 @@ def test_booster_refit_is_no_reference_with_boost_from_average(data):
     refit = plain.refit(X, y, decay_rate=0.0).predict(data["Xt"], raw_score=True)
     np.testing.assert_allclose(refit, plain.predict(data["Xt"], raw_score=True), atol=1e-12)
 
+
+def test_long_model_is_not_refused(adult):
+    # 1000 trees on 1000 rows with class_weight='balanced': self-check residual 1.6e-9 (measured),
+    # rounding that a 1e-9 tolerance refused.
+    X = adult["X"].select_dtypes("number")
+    model = lgb.LGBMClassifier(n_estimators=1000, class_weight="balanced", verbose=-1).fit(X, adult["y"])
+    engine = LightGBMAdapter(model).prepare(X, adult["y"])
+    assert 1e-12 < engine.relative_residual < LightGBMAdapter.ROUNDING_MEASURED
