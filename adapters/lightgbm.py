@@ -434,21 +434,10 @@ class LightGBMAdapter(BoosterAdapter):
             **classes,
         )
 
-    def prepare(
-        self,
-        X: Any,
-        y: ArrayLike,
-        sample_weight: ArrayLike | None = None,
-        init_score: ArrayLike | None = None,
-    ) -> InfluenceEngine:
-        """Describe the model on its training data and prove the description reproduces it.
-
-        Raises
-        ------
-        ReproductionError
-            If a recomputed leaf value differs from the stored one by more than ``rtol``; the
-            message says whether the difference is at the level of float rounding or of a mismatch.
-        """
+    def prepare(self, X: Any, y: ArrayLike, sample_weight: ArrayLike | None = None,
+                init_score: ArrayLike | None = None) -> InfluenceEngine:
+        """:meth:`BoosterAdapter.prepare` whose :class:`ReproductionError` says whether the residual
+        is at the level of float rounding or of a mismatch (see :meth:`_mismatch`)."""
         engine = InfluenceEngine(self.describe(X, y, sample_weight, init_score))
         if not engine.relative_residual <= self.rtol:
             raise ReproductionError(self._mismatch(engine))
