@@ -1,28 +1,49 @@
 """Adapter for LightGBM: ``lightgbm.Booster``, ``LGBMClassifier`` and ``LGBMRegressor``.
 
-What the adapter resolves (see ``booster-internals.md``):
+What the adapter resolves (measured against LightGBM 4.7.0, see the project's LightGBM notes):
 
-- leaf ids from ``predict(pred_leaf=True)``, leaf values and per-tree shrinkage from ``dump_model()``;
-- leaf rule ``-ThresholdL1(G, lambda_l1) / (H + l2)``, clipped to ``max_delta_step``, times the
-  shrinkage; ``l2 = lambda_l2 + cat_l2`` for the two children of a many-vs-many categorical split
-  (a categorical feature with more than ``max_cat_to_onehot`` bins), ``lambda_l2`` elsewhere;
-- boost_from_average: LightGBM adds the init score (logit of the weighted positive rate, or the
-  weighted label mean) to every leaf of tree 0 and sets its shrinkage to 1. The adapter recomputes
-  it from the labels, takes it out of tree 0 (``base_margin``, ``base_margin_refit=True``) and gives
-  tree 0 back its real learning rate;
-- labels and weights are float32 inside LightGBM; the adapter rounds them the same way;
-- class weighting: sklearn ``class_weight`` and ``is_unbalance`` / ``scale_pos_weight`` multiply the
-  user's weight; the factor goes into ``sample_weight`` and ``weight_scale``.
+- **which trees**: exactly those LightGBM's default ``predict`` uses: ``min(best_iteration,
+  current_iteration())`` iterations when ``best_iteration > 0`` (early stopping), else all of them.
+  ``best_iteration`` is a Python attribute: pickling keeps it, ``save_model``/load and
+  ``copy.deepcopy`` lose it, and then ``predict`` (and the adapter) use every tree held;
+- **exact parameters**: the model text prints parameters and each tree's shrinkage with 6
+  significant digits, and ``lgb.train`` / ``fit`` reload the booster from that text. The values
+  given at training (``Booster.params``, under any alias, e.g. the wrapper's ``reg_lambda``) replace
+  the printed ones where they agree to 6 digits; ``params`` overrides both;
+- leaf ids from ``predict(pred_leaf=True)``, leaf values from ``dump_model()``; leaf rule
+  ``-ThresholdL1(G, lambda_l1) / (H + kEpsilon + l2)``, clipped to ``max_delta_step``, times the
+  shrinkage, with ``l2 = lambda_l2 + cat_l2`` for the two children of a many-vs-many categorical
+  split (a categorical feature with more than ``max_cat_to_onehot`` bins), ``lambda_l2`` elsewhere;
+  ``kEpsilon`` is the float literal ``1e-15f``;
+- boost_from_average: LightGBM computes the init score (logit of the weighted positive rate, or the
+  weighted label mean; float32 labels and weights, sequential sums), starts training from it and
+  adds it to every leaf of tree 0 (shrinkage 1) if ``|init| > kEpsilon``. The adapter takes it out of
+  tree 0 (``base_margin``, re-estimated on changed data: ``base_rule="mean"``) so that
+  ``init + leaf`` is bit for bit LightGBM's training margin, and gives tree 0 its learning rate;
+- labels, weights and every row's weighted gradient and hessian are float32 inside LightGBM
+  (``float32_weights``, ``float32_gradients``);
+- class weights, binary models (each row's group is its class):
 
-LightGBM also rounds every per-row weighted gradient and hessian to float32 (``score_t = float``)
-before summing them per leaf; the description mirrors that (``float32_gradients=True``), and the
-recomputed leaf values then match the stored ones to double precision (measured 2e-17 to 6e-16
-relative; without the rounding 2e-8 to 8e-8), while wrong data or a wrong parameter gives 1e-3 and
-more. See ``rtol`` for the tolerance.
+  * sklearn ``class_weight`` (``LGBMClassifier`` only) multiplies the sample weight in float64 before
+    LightGBM stores it as float32, so it enters the init score: ``dataset_factor``. ``"balanced"``
+    is ``n / (2 * count_c)`` from row *counts*: deleting row ``i`` changes it
+    (``dataset_factor_without``), a weight change does not; a dict is constant;
+  * ``is_unbalance=True``: label weights from row *counts* (the larger class over the smaller one for
+    the smaller class, 1 for the other), applied in the objective only, not in the init score:
+    ``objective_factor`` with ``objective_factor_without``; ``scale_pos_weight`` multiplies the
+    positive class's label weight (constant).
+
+Comparing with ``Booster.refit(decay_rate=0)``: the engine with ``refit_base=False``
+(``base_score="fixed"``) is LightGBM's refit only for models trained with
+``boost_from_average=False`` (or an ``init_score``) and without many-vs-many categorical splits:
+refit starts from 0 (or the given init score), so it refits tree 0 with LightGBM's init score still
+folded in, and it uses ``lambda_l2`` alone, ignoring ``cat_l2``. Retraining without the row is the
+reference in every case.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -30,15 +51,19 @@ import lightgbm as lgb
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from influence_gbdt.engine import InfluenceEngine
 from influence_gbdt.ensemble import TreeEnsemble
-from influence_gbdt.errors import InputError, UnsupportedModelError
+from influence_gbdt.errors import InputError, ReproductionError, UnsupportedModelError
 
 from .base import BoosterAdapter, check_numeric_params
 
-#: LightGBM's kEpsilon: the init-score clip and the threshold below which no init score is added.
-K_EPSILON = 1e-15
+#: LightGBM's kEpsilon, the float literal ``1e-15f`` (``include/LightGBM/meta.h``): it starts every
+#: leaf's hessian sum, clips the init score's positive rate and is the threshold for folding it in.
+K_EPSILON = float(np.float32(1e-15))
 
 _OBJECTIVES = {"binary": "logloss", "regression": "squared_error"}
+#: Parameters that enter leaf values (the ones whose 6-digit print can spoil the self-check).
+_LEAF_PARAMS = ("learning_rate", "lambda_l1", "lambda_l2", "cat_l2", "max_delta_step", "scale_pos_weight")
 
 
 def _booster_of(model: Any) -> lgb.Booster:
@@ -55,6 +80,12 @@ def _booster_of(model: Any) -> lgb.Booster:
         ):
             raise UnsupportedModelError(
                 f"{type(model).__name__} is not supported: use LGBMClassifier, LGBMRegressor or a Booster."
+            )
+        if model.get_params().get("pred_early_stop"):
+            raise UnsupportedModelError(
+                f"{type(model).__name__} was built with pred_early_stop=True: its predict stops early per "
+                "row, so no fixed set of trees explains it. Set pred_early_stop=False "
+                "(model.set_params(pred_early_stop=False))."
             )
         booster = model.booster_
     else:
@@ -77,24 +108,37 @@ def _parse_parameters(model_str: str) -> dict[str, str]:
     return params
 
 
-def _is_number(text: str | None) -> bool:
+def _number(value: Any) -> float | None:
+    """``value`` as a finite float, or None (booleans, strings, lists are not numbers here)."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.number | str):
+        return None
     try:
-        float(text or "")
+        out = float(value)
     except ValueError:
-        return False
-    return True
+        return None
+    return out if math.isfinite(out) else None
 
 
-def _check_overrides(model_params: Mapping[str, str], overrides: Mapping[str, Any]) -> None:
-    """Refuse ``params`` the model does not record (LightGBM writes every parameter under its
-    canonical name) and non-numbers where the model's own value is a number."""
-    unknown = sorted(set(overrides) - set(model_params))
-    if unknown:
-        raise InputError(
-            f"params keys {unknown} are not LightGBM parameters of this model: use the canonical names "
-            "the model file lists under 'parameters:' (learning_rate, lambda_l1, lambda_l2, ...)."
-        )
-    check_numeric_params("LightGBM", overrides, [k for k, v in model_params.items() if _is_number(v)])
+def _six_digits(value: float) -> float:
+    """``value`` as LightGBM prints it in a model text (``std::ostream``, 6 significant digits)."""
+    return float(f"{value:.6g}")
+
+
+def _exact_values(printed: Mapping[str, str], given: Mapping[str, Any]) -> dict[str, float]:
+    """Exact values of the printed numeric parameters: a value given at training (under any alias)
+    that prints as the model text does replaces the 6-digit print."""
+    aliases = getattr(getattr(lgb, "basic", None), "_ConfigAliases", None)
+    exact: dict[str, float] = {}
+    for key, text in printed.items():
+        shown = _number(text)
+        if shown is None:
+            continue
+        names = {key} | (set(aliases.get(key)) if aliases is not None else set())
+        for name in sorted(names):
+            value = _number(given.get(name))
+            if value is not None and _six_digits(value) == shown:
+                exact[key] = value
+    return exact
 
 
 def _header(model_str: str, key: str) -> str:
@@ -172,7 +216,9 @@ class LightGBMAdapter(BoosterAdapter):
     model : lightgbm.Booster, LGBMClassifier or LGBMRegressor
         A trained model with objective ``binary`` or ``regression``.
     params : mapping, optional
-        Overrides of the training parameters read from the model string (canonical names).
+        Exact values of training parameters (canonical names, as the model text lists them under
+        ``parameters:``), e.g. the learning rate of a loaded model whose file printed it with 6
+        significant digits.
 
     Raises
     ------
@@ -182,37 +228,63 @@ class LightGBMAdapter(BoosterAdapter):
 
     library = "lightgbm"
     data_errors: ClassVar[tuple[type[Exception], ...]] = (lgb.basic.LightGBMError,)
-    # Measured residuals are <= 6e-16 relative with float32 gradients mirrored. The tolerance keeps
-    # room for LightGBM's different summation order and, on large data, for the rare row whose
-    # float32 gradient rounds the other way after a last-bit margin difference (one float32 ulp of
-    # one row, <~1e-9 of the largest leaf for leaves of a few rows), yet stays below the 2e-8 to
-    # 8e-8 left by unmirrored rounding and far below the 1e-3 of wrong data or parameters.
-    rtol = 1e-9
+    # The self-check recomputes each tree at the margins of the model's *stored* earlier trees, so
+    # rounding does not cascade. Correct data, measured (Adult numeric columns, LGBMClassifier
+    # defaults, 500..3000 rows, 300..4000 trees, with sample weights, 'balanced', is_unbalance;
+    # regressors; pandas categoricals; the test models): at most ROUNDING_MEASURED (3000 rows, 2000
+    # and 4000 trees; 1.1e-9 at 1000 rows; <= 2e-14 at the 100-tree defaults). It comes from the rows
+    # whose float32 gradient rounds the other way than LightGBM's: the engine computes log-loss
+    # gradients as p - y, LightGBM as -y'/(1 + exp(y' s)); with LightGBM's form the same models give
+    # <= 2.1e-12. Wrong data or parameters: at least WRONG_MEASURED (the project's LightGBM notes: a
+    # learning-rate schedule read from 6-digit shrinkages). Measured here on the same models: one
+    # row's weight off by 1%: >= 1.1e-6 (lower bound over every row), 1e-5 .. 3e-5 in full;
+    # lambda_l2 1e-6 instead of 0: 7.5e-5; the learning rate off by 1e-6: 1e-5; the last row
+    # missing: 9e-3; a label flipped or two rows swapped: >= 3.7. rtol is the geometric middle of
+    # the gap, ~6x from either side.
+    rtol = 3e-8
+    ROUNDING_MEASURED: ClassVar[float] = 5.2e-9
+    WRONG_MEASURED: ClassVar[float] = 2e-7
 
     def __init__(self, model: Any, params: Mapping[str, Any] | None = None) -> None:
         super().__init__(model, params)
-        self.booster = _booster_of(model)
-        model_str = self.booster.model_to_string()
+        self.booster = booster = _booster_of(model)
+        per_iteration = booster.num_model_per_iteration()
+        current, best = booster.current_iteration(), booster.best_iteration
+        #: Iterations LightGBM's default predict uses, and the trees they hold.
+        self.n_iter = min(best, current) if best > 0 else current
+        self.n_trees = self.n_iter * per_iteration
+        model_str = booster.model_to_string(num_iteration=self.n_iter)
         self._params = _parse_parameters(model_str)
-        _check_overrides(self._params, self.params)
-        self._params.update(
-            {k: str(int(v)) if isinstance(v, bool) else str(v) for k, v in self.params.items()}
-        )
+        unknown = sorted(set(self.params) - set(self._params))
+        if unknown:
+            raise InputError(
+                f"params keys {unknown} are not LightGBM parameters of this model: use the canonical names "
+                "the model file lists under 'parameters:' (learning_rate, lambda_l1, lambda_l2, ...)."
+            )
+        numeric = [k for k, v in self._params.items() if _number(v) is not None]
+        check_numeric_params("LightGBM", self.params, numeric)
+        self._exact = _exact_values(self._params, booster.params or {})
+        for key, value in self.params.items():
+            self._params[key] = str(int(value)) if isinstance(value, bool) else str(value)
+            if _number(value) is not None:
+                self._exact[key] = float(value)
         objective = _header(model_str, "objective")
         _refuse_settings(self._params, objective)
         self.loss = _OBJECTIVES[objective.split(" ")[0]]
-        best = self.booster.best_iteration
-        self.n_iter = best if best > 0 else self.booster.num_trees()
-        self._dump = self.booster.dump_model(num_iteration=self.n_iter)
+        self._dump = booster.dump_model(num_iteration=self.n_iter)
 
     def _param(self, key: str, default: float = 0.0) -> float:
+        if key in self._exact:
+            return self._exact[key]
         value = self._params.get(key, "")
         return float(value) if value != "" else default
 
     def _leaves(self) -> tuple[list[NDArray[np.float64]], list[NDArray[np.float64]], NDArray[np.float64]]:
-        """Per tree: stored leaf values (n_leaves,), per-leaf l2 (n_leaves,); shrinkages (T,)."""
+        """Per tree: stored leaf values (n_leaves,), per-leaf l2 (n_leaves,); shrinkages (T,), where
+        a 6-digit print of the learning rate is replaced by its exact value."""
         lambda_l2, cat_l2 = self._param("lambda_l2"), self._param("cat_l2", 10.0)
         onehot_max = self._param("max_cat_to_onehot", 4.0)
+        lr = self._param("learning_rate", 0.1)
         infos = self._dump.get("feature_infos", {})
         names = self._dump["feature_names"]
         n_bins = [len(infos.get(name, {}).get("values", ())) for name in names]
@@ -231,38 +303,52 @@ class LightGBMAdapter(BoosterAdapter):
                 child_l2 = lambda_l2 + cat_l2 if many_vs_many else lambda_l2
                 stack += [(node["left_child"], child_l2), (node["right_child"], child_l2)]
             values.append(val)
-            l2s.append(l2)
-            shrinkage.append(float(tree["shrinkage"]))
+            l2s.append(l2 + K_EPSILON)  # LightGBM's hessian sums start at kEpsilon
+            rate = float(tree["shrinkage"])
+            shrinkage.append(lr if rate in (lr, _six_digits(lr)) else rate)
         return values, l2s, np.asarray(shrinkage)
 
-    def _class_factors(self, y_raw: NDArray, pos: NDArray[np.bool_]) -> tuple[NDArray, NDArray, NDArray]:
-        """Per row its group (the class for a binary model, else 0), shape (n,); per group the
-        sklearn ``class_weight`` factor (in the Dataset weight) and LightGBM's label weight
-        (``is_unbalance`` / ``scale_pos_weight``, applied in the objective), each shape (G,)."""
-        n = y_raw.shape[0]
+    def _class_factors(self, y_raw: NDArray[Any], pos: NDArray[np.bool_], unit: bool) -> dict[str, Any]:
+        """The class weighting as :meth:`TreeEnsemble.build` arguments (see the module docstring):
+        ``weight_group`` (n,), the factors (G,) and their deletion tables (n, G) or None. ``unit``:
+        every user weight is 1, so the Dataset weight is the float32 class factor itself."""
+        n = pos.shape[0]
         groups = pos.astype(np.int64) if self.loss == "logloss" else np.zeros(n, dtype=np.int64)
         n_groups = int(groups.max()) + 1
-        sk = np.ones(n_groups)
+        out: dict[str, Any] = {"weight_group": groups, "dataset_factor": np.ones(n_groups)}
+        if self.loss != "logloss":
+            return out
+        counts = np.bincount(groups, minlength=2).astype(np.float64)  # [negatives, positives]
+        without = np.repeat(counts[None, :], n, axis=0)  # the counts after deleting row i
+        without[np.arange(n), groups] -= 1.0
+
         class_weight = getattr(self.model, "class_weight", None)
         if isinstance(self.model, lgb.LGBMClassifier) and class_weight is not None:
-            from sklearn.utils.class_weight import compute_sample_weight
+            if isinstance(class_weight, str) and class_weight == "balanced":
+                # sklearn compute_sample_weight: n_samples / (n_classes * bincount), from counts. With
+                # unit user weights the factors are given as LightGBM stores them (float32), so that
+                # sums rescaled from one factor to another stay exact.
+                rounding = _float32 if unit else np.asarray
+                out["dataset_factor"] = rounding(n / (2.0 * np.maximum(counts, 1.0)))[:n_groups]
+                factor_without = (n - 1) / (2.0 * np.maximum(without, 1.0))  # (a class without rows)
+                out["dataset_factor_without"] = rounding(factor_without)[:, :n_groups]
+            else:
+                from sklearn.utils.class_weight import compute_sample_weight
 
-            per_row = np.asarray(compute_sample_weight(class_weight, y_raw), dtype=np.float64)
-            sk[groups] = per_row  # constant within a class
-        lab = np.ones(n_groups)
-        if self.loss == "logloss":
-            w_pos, w_neg = 1.0, 1.0
-            if self._params.get("is_unbalance") == "1":
-                n_pos, n_neg = int(pos.sum()), int(n - pos.sum())
-                if n_pos > n_neg:
-                    w_neg = n_pos / n_neg
-                else:
-                    w_pos = n_neg / n_pos
-            w_pos *= self._param("scale_pos_weight", 1.0)
-            lab = np.array([w_neg, w_pos])[:n_groups]
-        return groups, sk, lab
+                per_row = np.asarray(compute_sample_weight(class_weight, y_raw), dtype=np.float64)
+                factor = np.ones(n_groups)
+                factor[groups] = per_row  # constant within a class
+                out["dataset_factor"] = factor
 
-    def _labels(self, y: ArrayLike) -> tuple[NDArray, NDArray[np.float64]]:
+        unbalance = self._params.get("is_unbalance") == "1"
+        scale_pos = self._param("scale_pos_weight", 1.0)
+        if unbalance or scale_pos != 1.0:
+            out["objective_factor"] = _label_weights(counts[None, :], unbalance, scale_pos)[0, :n_groups]
+            if unbalance:
+                out["objective_factor_without"] = _label_weights(without, unbalance, scale_pos)[:, :n_groups]
+        return out
+
+    def _labels(self, y: ArrayLike) -> tuple[NDArray[Any], NDArray[np.float64]]:
         """(labels as given, labels as LightGBM trains on them, float32-rounded), shape (n,)."""
         y_raw = np.asarray(y).ravel()
         labels = self.encode_labels(y).astype(np.float32).astype(np.float64)  # classes_ -> 0/1
@@ -298,9 +384,7 @@ class LightGBMAdapter(BoosterAdapter):
         user_w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, np.float64).ravel()
         if user_w.shape != (n,):
             raise InputError(f"sample_weight has shape {user_w.shape}, expected ({n},).")
-        groups, sk_per_group, lab_per_group = self._class_factors(y_raw, labels > 0)
-        # LightGBM's Dataset weight (user weight times sklearn class weight) is float32.
-        data_w = (user_w * sk_per_group[groups]).astype(np.float32).astype(np.float64)
+        classes = self._class_factors(y_raw, labels > 0, unit=bool(np.all(user_w == 1.0)))
         offset = self.init_offset(X, init_score)
 
         values, l2, shrinkage = self._leaves()
@@ -314,6 +398,8 @@ class LightGBMAdapter(BoosterAdapter):
         base, base_refit = 0.0, False
         if init_score is None and self._params.get("boost_from_average", "1") == "1":
             base_refit = True
+            factor = classes["dataset_factor"][classes["weight_group"]]
+            data_w = _float32(user_w * factor)  # LightGBM's Dataset weight
             base = _boost_from_score(self.loss, labels, data_w)
             if abs(base) > K_EPSILON:
                 if shrinkage[0] != 1.0 and lr != 1.0:
@@ -321,7 +407,7 @@ class LightGBMAdapter(BoosterAdapter):
                         "Tree 0 keeps its shrinkage, so no boost_from_average init score was folded in: "
                         "the model was trained with an init_score. Pass the same init_score."
                     )
-                values[0] = values[0] - base
+                values[0] = _unfold(values[0], base)
                 learning_rate[0] = lr
             else:
                 base = 0.0
@@ -343,11 +429,56 @@ class LightGBMAdapter(BoosterAdapter):
             base_rule="mean" if base_refit else "fixed",
             init_offset=offset,
             user_weight=user_w,
-            weight_group=groups,
-            dataset_factor=sk_per_group,
-            objective_factor=lab_per_group,
             float32_weights=True,
             float32_gradients=True,
+            **classes,
+        )
+
+    def prepare(self, X: Any, y: ArrayLike, sample_weight: ArrayLike | None = None,
+                init_score: ArrayLike | None = None) -> InfluenceEngine:
+        """:meth:`BoosterAdapter.prepare` whose :class:`ReproductionError` says whether the residual
+        is at the level of float rounding or of a mismatch (see :meth:`_mismatch`)."""
+        engine = InfluenceEngine(self.describe(X, y, sample_weight, init_score))
+        if not engine.relative_residual <= self.rtol:
+            raise ReproductionError(self._mismatch(engine))
+        return engine
+
+    def _mismatch(self, engine: InfluenceEngine) -> str:
+        """The self-check failure message: rounding (a residual below every wrong-data level
+        measured) or not reproduced, with what to do."""
+        r = engine.relative_residual
+        where = (f"recomputed leaf values differ from the stored ones by {r:.2g} (relative; tolerance "
+                 f"{self.rtol:.0g}, worst in tree {int(np.argmax(engine.tree_residual))})")
+        if r < self.WRONG_MEASURED:
+            return (
+                f"LightGBM model reproduced only up to float rounding: {where}. That is more than "
+                f"LightGBM's own rounding leaves on correct data (<= {self.ROUNDING_MEASURED:.2g} measured, "
+                f"growing with the number of trees) but less than any wrong data or parameter measured "
+                f"(>= {self.WRONG_MEASURED:.1g}): most likely rounding on a longer model than measured, "
+                "not a data mismatch." + self._printed_params_note()
+            )
+        return (
+            f"LightGBM model not reproduced from the data given: {where}; LightGBM's own rounding leaves "
+            f"at most {self.ROUNDING_MEASURED:.2g}, so the data or a parameter differs. {self.hint}"
+            + self._printed_params_note()
+        )
+
+    def _printed_params_note(self) -> str:
+        """Name the leaf parameters that may be 6-digit prints (6 significant digits, no more precise
+        value given), if any."""
+        printed = {}
+        for key in _LEAF_PARAMS:
+            value = self._param(key)
+            digits = f"{value:.6g}".split("e")[0].lstrip("-").replace(".", "").lstrip("0")
+            maybe_rounded = value == _six_digits(value) and len(digits) >= 6
+            if maybe_rounded and key in self._params and key not in self.params:
+                printed[key] = value
+        if not printed:
+            return ""
+        exact = ", ".join(f"'{k}': <exact value>" for k in printed)
+        return (
+            f" The model text prints {printed} with 6 significant digits: if training used more digits "
+            f"(a loaded or copied model keeps only the print), pass params={{{exact}}}."
         )
 
     def model_features(self) -> tuple[int, list[str] | None]:
@@ -361,10 +492,11 @@ class LightGBMAdapter(BoosterAdapter):
         return str(column).replace(" ", "_")
 
     def leaf_indices(self, X: Any) -> NDArray[np.int32]:
-        """Leaf of every row of ``X`` in every tree, ndarray of shape (n_trees, n_rows), int32."""
+        """Leaf of every row of ``X`` in every tree predict uses, ndarray of shape (n_trees, n_rows),
+        int32."""
         with self.reading():
             leaves = self.booster.predict(X, pred_leaf=True, num_iteration=self.n_iter)
-        return np.ascontiguousarray(np.asarray(leaves, dtype=np.int32).reshape(-1, self.n_iter).T)
+        return np.ascontiguousarray(np.asarray(leaves, dtype=np.int32).reshape(-1, self.n_trees).T)
 
     def raw_predict(self, X: Any, init_score: ArrayLike | None = None) -> NDArray[np.float64]:
         """LightGBM's ``raw_score=True`` prediction plus ``init_score``, ndarray of shape (n_rows,)."""
@@ -377,15 +509,49 @@ class LightGBMAdapter(BoosterAdapter):
         """Likely causes of a failed self-check."""
         return (
             "Pass exactly the training rows, in training order, with the labels, sample weights and "
-            "init_score the model was trained with (LightGBM keeps none of them)."
+            "init_score the model was trained with (LightGBM keeps none of them); for an LGBMClassifier "
+            "trained with class_weight, pass the classifier, not its booster_."
         )
 
 
+def _float32(values: ArrayLike) -> NDArray[np.float64]:
+    """``values`` rounded to float32, as float64."""
+    return np.asarray(values, dtype=np.float32).astype(np.float64)
+
+
+def _label_weights(counts: NDArray[np.float64], unbalance: bool, scale_pos: float) -> NDArray[np.float64]:
+    """LightGBM's binary label weights (``BinaryLogloss::Init``) for rows of class counts
+    ``[negatives, positives]``, shape (m, 2) -> (m, 2)."""
+    neg, pos = counts[:, 0], counts[:, 1]
+    out = np.ones_like(counts)
+    if unbalance:
+        both = (neg > 0) & (pos > 0)
+        safe_neg, safe_pos = np.maximum(neg, 1.0), np.maximum(pos, 1.0)
+        out[:, 0] = np.where(both & (pos > neg), pos / safe_neg, 1.0)
+        out[:, 1] = np.where(both & (pos <= neg), neg / safe_pos, 1.0)
+    out[:, 1] *= scale_pos
+    return out
+
+
 def _boost_from_score(loss: str, labels: NDArray[np.float64], w: NDArray[np.float64]) -> float:
-    """LightGBM's BoostFromScore: logit of the weighted positive rate (clipped to kEpsilon) or the
-    weighted label mean; ``labels`` and ``w`` of shape (n,), class factors not included."""
-    mean = float(np.dot(w, labels) / w.sum())
+    """LightGBM's BoostFromScore on float32 ``labels`` and Dataset weights ``w`` (n,): the weighted
+    label mean, or for log loss the logit of the weighted positive rate clipped to kEpsilon, with the
+    sums taken sequentially in double as LightGBM does (label weights not included)."""
+    mean = float(np.cumsum(labels * w)[-1]) / float(np.cumsum(w)[-1])
     if loss == "logloss":
-        mean = min(max(mean, K_EPSILON), 1.0 - K_EPSILON)
-        return float(np.log(mean / (1.0 - mean)))
+        mean = max(min(mean, 1.0 - K_EPSILON), K_EPSILON)
+        return math.log(mean / (1.0 - mean))
     return mean
+
+
+def _unfold(stored: NDArray[np.float64], init: float) -> NDArray[np.float64]:
+    """Tree-0 leaves without the folded init score: ``x`` with ``init + x == stored`` in float64,
+    so the engine's margins after tree 0 are bit for bit LightGBM's (which trains from ``init`` and
+    stores ``x + init``), shape (n_leaves,)."""
+    x = stored - init
+    for _ in range(4):
+        off = (init + x) != stored
+        if not off.any():
+            break
+        x[off] = np.nextafter(x[off], np.where(init + x[off] < stored[off], np.inf, -np.inf))
+    return x

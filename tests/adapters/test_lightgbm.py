@@ -9,7 +9,11 @@ rounding) and refit differences to ~1e-13 relative (measured 2e-14 to 8e-14; 2e-
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import pickle
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -17,9 +21,9 @@ import pytest
 
 lgb = pytest.importorskip("lightgbm")
 
-from influence_gbdt.adapters.lightgbm import LightGBMAdapter  # noqa: E402
+from influence_gbdt.adapters.lightgbm import K_EPSILON, LightGBMAdapter  # noqa: E402
 
-from influence_gbdt.engine import TestPoints  # noqa: E402
+from influence_gbdt.engine import InfluenceEngine, TestPoints  # noqa: E402
 from influence_gbdt.errors import InputError, ReproductionError, UnsupportedModelError  # noqa: E402
 
 N, N_TEST, ROUNDS, LR = 600, 30, 15, 0.1
@@ -338,3 +342,278 @@ def test_feature_names_as_lightgbm_stores_them(data):
     adapter.check_features(X)
     with pytest.raises(InputError, match=r"another order\). Select them in the model's order"):
         adapter.check_features(X[["b", "my a", "c"]])
+
+
+# ---------------------------------------------------------------------------------------------
+# The models users have: defaults, pandas categoricals, string labels, class weights, weights.
+# Ground truth: LightGBM's own raw prediction, on the training rows and on new rows.
+
+
+@pytest.fixture(scope="module")
+def adult() -> dict[str, object]:
+    from influence_gbdt.datasets import load_adult
+
+    X, y = load_adult()
+    X = X.iloc[:1200].copy()
+    for col in X.columns:
+        if X[col].dtype != np.int64:
+            X[col] = X[col].astype("category")
+    labels = np.where(y[:1200] == 1, ">50K", "<=50K")
+    w = np.random.default_rng(3).uniform(0.2, 3.0, 1200)
+    return {"X": X.iloc[:1000], "Xt": X.iloc[1000:], "y": labels[:1000], "w": w[:1000]}
+
+
+def assert_explains_predict(model, X, Xt, y, w=None) -> tuple[LightGBMAdapter, object]:
+    """The explained margins equal the model's own ``predict(raw_score=True)`` on training and new
+    rows (measured: bit for bit; the engine adds LightGBM's stored leaves in LightGBM's order)."""
+    adapter = LightGBMAdapter(model)
+    engine = adapter.prepare(X, y, w)
+    for rows in (X, Xt):
+        theirs = np.asarray(model.predict(rows, raw_score=True), dtype=np.float64)
+        ours = engine.predict_margin(points_of(adapter, rows))
+        np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-12 * np.abs(theirs).max())
+    return adapter, engine
+
+
+@pytest.mark.parametrize(
+    "case", ["classifier", "regressor", "balanced", "is_unbalance", "class_weight_dict", "sample_weight"]
+)
+def test_default_models_explain_their_predictions(adult, case):
+    X, Xt, y, w = adult["X"], adult["Xt"], adult["y"], None
+    if case == "regressor":
+        X, Xt = X.drop(columns="hours-per-week"), Xt.drop(columns="hours-per-week")
+        y = adult["X"]["hours-per-week"].to_numpy(float)
+        model = lgb.LGBMRegressor(verbose=-1)
+    else:
+        extra = {
+            "balanced": {"class_weight": "balanced"},
+            "is_unbalance": {"is_unbalance": True},
+            "class_weight_dict": {"class_weight": {">50K": 3.0}},
+        }.get(case, {})
+        model = lgb.LGBMClassifier(verbose=-1, **extra)
+        w = adult["w"] if case == "sample_weight" else None
+    model.fit(X, y, sample_weight=w)
+    assert model.booster_.num_trees() == 100
+    _, engine = assert_explains_predict(model, X, Xt, y, w)
+    # Measured 2e-15 .. 2e-14 on these defaults (pandas categoricals: many-vs-many splits, cat_l2).
+    assert engine.relative_residual < 1e-13
+
+
+# ---------------------------------------------------------------------------------------------
+# Early stopping: the trees LightGBM's default predict uses (best_iteration, clamped to the trees
+# held; all trees where best_iteration is lost).
+
+
+@pytest.fixture(scope="module")
+def split_data() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(900, 5))
+    y = (X[:, 0] + X[:, 1] ** 2 - 1 + rng.normal(scale=1.5, size=900) > 0).astype(int)
+    return {"X": X[:500], "y": y[:500], "Xv": X[500:800], "yv": y[500:800], "Xt": X[800:]}
+
+
+ES_PARAMS = dict(learning_rate=0.3, num_leaves=8, verbose=-1, n_jobs=1, deterministic=True)
+
+
+@pytest.mark.filterwarnings("ignore:The argument 'eval_set' is deprecated")
+@pytest.mark.parametrize("kind", ["classifier", "regressor"])
+def test_early_stopped_sklearn_models(split_data, kind):
+    d = split_data
+    y, yv = d["y"], d["yv"]
+    if kind == "regressor":
+        y, yv = y + d["X"][:, 2], yv + d["Xv"][:, 2]
+    cls = lgb.LGBMClassifier if kind == "classifier" else lgb.LGBMRegressor
+    model = cls(n_estimators=300, **ES_PARAMS).fit(
+        d["X"], y, eval_set=[(d["Xv"], yv)], callbacks=[lgb.early_stopping(5, verbose=False)]
+    )
+    assert 0 < model.best_iteration_ < 300
+    adapter, _ = assert_explains_predict(model, d["X"], d["Xt"], y)
+    assert adapter.n_trees == model.best_iteration_
+
+
+def test_early_stopped_boosters(split_data):
+    d = split_data
+    params = {"objective": "binary", **ES_PARAMS}
+
+    def early_stopped() -> lgb.Booster:
+        return lgb.train(
+            params, lgb.Dataset(d["X"], d["y"]), 300, valid_sets=[lgb.Dataset(d["Xv"], d["yv"])],
+            callbacks=[lgb.early_stopping(5, verbose=False)], keep_training_booster=True,
+        )
+
+    booster = early_stopped()
+    best, held = booster.best_iteration, booster.num_trees()
+    assert 0 < best < held
+    rolled = early_stopped()
+    while rolled.current_iteration() > best - 2:
+        rolled.rollback_one_iter()
+    cases = [
+        (booster, best),  # holds every tree, predict uses best_iteration
+        (lgb.Booster(model_str=booster.model_to_string()), best),  # saved at best_iteration
+        (lgb.Booster(model_str=booster.model_to_string(num_iteration=-1)), held),  # reloaded: all
+        (pickle.loads(pickle.dumps(booster)), best),  # pickling keeps best_iteration
+        (copy.deepcopy(booster), held),  # deepcopy loses best_iteration: predict uses all
+        (rolled, best - 2),  # best_iteration beyond the trees held: predict clamps
+    ]
+    for model, used in cases:
+        adapter, _ = assert_explains_predict(model, d["X"], d["Xt"], d["y"])
+        assert adapter.n_trees == used
+
+
+def test_prediction_early_stop_refused(split_data):
+    model = lgb.LGBMClassifier(n_estimators=5, pred_early_stop=True, verbose=-1)
+    model.fit(split_data["X"], split_data["y"])
+    with pytest.raises(UnsupportedModelError, match=r"pred_early_stop=True.*Set pred_early_stop=False"):
+        LightGBMAdapter(model)
+
+
+# ---------------------------------------------------------------------------------------------
+# Class weights the booster derives from the data, against LightGBM retraining without the row
+# (same parameters, deterministic, one thread) where every tree keeps its structure.
+
+
+@pytest.fixture(scope="module")
+def coarse() -> dict[str, np.ndarray]:
+    """Few distinct feature values and few small trees, so deleting a row mostly keeps every
+    tree's structure; 28% positives, so is_unbalance and 'balanced' weigh the classes."""
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 6, size=(450, 4)).astype(float)
+    lin = X[:, 0] - 0.7 * X[:, 1] + 0.4 * X[:, 2] + rng.normal(scale=1.5, size=450)
+    y = (lin > np.quantile(lin, 0.72)).astype(int)
+    w = rng.integers(32, 128, 450) / 64.0
+    return {"X": X[:400], "y": y[:400], "w": w[:400], "Xt": X[400:]}
+
+
+COARSE = dict(n_estimators=5, num_leaves=4, min_child_samples=20, learning_rate=0.3, verbose=-1, n_jobs=1,
+              deterministic=True)
+CLASS_WEIGHTS = {
+    "balanced": {"class_weight": "balanced"},
+    "is_unbalance": {"is_unbalance": True},
+    "class_weight_dict": {"class_weight": {0: 1.0, 1: 2.5}},
+    "scale_pos_weight": {"scale_pos_weight": 3.0},
+}
+
+
+def kept_retrains(model, X, y, Xt, weights):
+    """(i, retrained model) for each (i, weights) whose retraining keeps every tree's structure."""
+    from sklearn.base import clone
+
+    from influence_gbdt.validation import structure_report
+
+    out = []
+    for i, w in weights:
+        keep = w > 0
+        retrained = clone(model).fit(X[keep], y[keep], sample_weight=w[keep])
+        if structure_report(model, retrained, X, keep, Xt)["same"]:
+            out.append((i, retrained))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("case", "weighted"), [(c, False) for c in CLASS_WEIGHTS] + [("balanced", True), ("is_unbalance", True)]
+)
+def test_leaf_refit_matches_retraining_without_the_row(coarse, case, weighted):
+    X, y, Xt = coarse["X"], coarse["y"], coarse["Xt"]
+    w = coarse["w"] if weighted else np.ones(len(y))
+    model = lgb.LGBMClassifier(**COARSE, **CLASS_WEIGHTS[case]).fit(X, y, sample_weight=w)
+    adapter = LightGBMAdapter(model)
+    engine = adapter.prepare(X, y, w)
+    deletions = [(i, np.where(np.arange(len(y)) == i, 0.0, w)) for i in range(0, len(y), 20)]
+    kept = kept_retrains(model, X, y, Xt, deletions)
+    assert len(kept) >= 4  # measured 5 .. 14 of 20
+    rows = np.array([i for i, _ in kept])
+    truth = np.array([model.predict(Xt, raw_score=True) - r.predict(Xt, raw_score=True) for _, r in kept])
+    test = points_of(adapter, Xt)
+    ours = engine.leaf_refit(test, rows=rows, on="prediction")
+    scale = np.abs(truth).max()
+    assert scale > 1e-3
+    # Measured 1e-14 .. 5e-14, except 'balanced' with sample weights: 2e-7, where the engine
+    # re-estimates the base margin by rescaling float32-rounded weight sums by the factor ratio.
+    assert np.abs(ours - truth).max() < (1e-6 if weighted and case == "balanced" else 1e-9) * scale
+    if case in ("balanced", "is_unbalance"):  # the deletion tables matter: holding the factors is off
+        held = InfluenceEngine(
+            dataclasses.replace(engine.ensemble, dataset_factor_without=None, objective_factor_without=None)
+        ).leaf_refit(test, rows=rows, on="prediction")
+        assert np.abs(held - truth).max() > 0.05 * scale  # measured 0.29 .. 1.2
+
+
+@pytest.mark.parametrize("case", ["balanced", "is_unbalance"])
+def test_leaf_influence_matches_finite_differences_of_retraining(coarse, case):
+    X, y, Xt = coarse["X"], coarse["y"], coarse["Xt"]
+    n = len(y)
+    model = lgb.LGBMClassifier(**COARSE, **CLASS_WEIGHTS[case]).fit(X, y)
+    adapter = LightGBMAdapter(model)
+    engine = adapter.prepare(X, y)
+    eps = 2.0**-5  # float32 gradients put ~1e-8 noise on each retraining: noise / eps dominates
+    changes = [(i, np.where(np.arange(n) == i, 1.0 + s * eps, 1.0)) for i in range(0, n, 50) for s in (1, -1)]
+    up, down = (dict(kept_retrains(model, X, y, Xt, changes[s::2])) for s in (0, 1))
+    rows = np.array(sorted(set(up) & set(down)))
+    assert rows.size >= 4
+    fd = np.array([up[i].predict(Xt, raw_score=True) - down[i].predict(Xt, raw_score=True) for i in rows])
+    fd /= 2 * eps
+    ours = engine.leaf_influence(points_of(adapter, Xt), rows=rows, on="prediction")
+    # Measured 2e-5 (float32 noise of the retraining / eps; 1e-4 at eps 2^-7).
+    assert np.abs(ours - fd).max() < 1e-3 * np.abs(fd).max()
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact parameters, LightGBM's constants, and what a failed self-check says.
+
+
+def test_parameters_printed_with_six_digits(data):
+    X, y = data["X"][:, :5], data["binary"]
+    model = lgb.LGBMClassifier(
+        n_estimators=15, num_leaves=8, learning_rate=0.123456789, reg_lambda=1.23456789, verbose=-1
+    ).fit(X, y)
+    text = model.booster_.model_to_string()
+    assert "[learning_rate: 0.123457]" in text and "shrinkage=0.123457" in text
+    # The booster keeps the values given at training (under the wrapper's names): exact.
+    assert LightGBMAdapter(model).prepare(X, y).relative_residual < 1e-13
+    loaded = lgb.Booster(model_str=text)  # only the 6-digit print survives
+    with pytest.raises(
+        ReproductionError,
+        match=r"not reproduced.*6 significant digits.*params=\{'learning_rate': <exact value>, "
+        r"'lambda_l2': <exact value>\}",
+    ):
+        LightGBMAdapter(loaded).prepare(X, y)
+    exact = {"learning_rate": 0.123456789, "lambda_l2": 1.23456789}
+    assert LightGBMAdapter(loaded, params=exact).prepare(X, y).relative_residual < 1e-13
+    with pytest.raises(ReproductionError) as wrong:  # exact values known: no word about printing
+        LightGBMAdapter(model).prepare(X, y[::-1].copy())
+    assert "not reproduced" in str(wrong.value) and "significant digits" not in str(wrong.value)
+
+
+def test_k_epsilon_is_the_float_literal():
+    assert K_EPSILON == 1.0000000036274937e-15  # 1e-15f in include/LightGBM/meta.h
+
+
+def test_failure_message_tells_rounding_from_mismatch(data):
+    adapter = LightGBMAdapter(train(data, "binary", False))
+    above = 3 * adapter.rtol  # refused, yet below every wrong-data residual measured
+    assert adapter.ROUNDING_MEASURED < adapter.rtol < above < adapter.WRONG_MEASURED
+    rounding = SimpleNamespace(relative_residual=above, tree_residual=np.array([0.0, 1.0]))
+    assert re.search(r"only up to float rounding: .* worst in tree 1\).*not a data mismatch",
+                     adapter._mismatch(rounding))
+    mismatch = SimpleNamespace(relative_residual=1e-6, tree_residual=np.array([1.0]))
+    assert re.search(r"not reproduced .*so the data or a parameter differs", adapter._mismatch(mismatch))
+
+
+def test_booster_refit_is_no_reference_with_boost_from_average(data):
+    # Documented in the adapter: LightGBM's own refit keeps the init score inside tree 0 and refits
+    # it from 0, so on the training data itself it does not return a boost_from_average model.
+    X, y = data["X"], data["binary"]
+    booster = train(data, "binary", False, True, cat_l2=0.0)
+    refit = booster.refit(X, y, decay_rate=0.0).predict(data["Xt"], raw_score=True)
+    assert np.abs(refit - booster.predict(data["Xt"], raw_score=True)).max() > 0.1
+    plain = train(data, "binary", False, False, cat_l2=0.0)
+    refit = plain.refit(X, y, decay_rate=0.0).predict(data["Xt"], raw_score=True)
+    np.testing.assert_allclose(refit, plain.predict(data["Xt"], raw_score=True), atol=1e-12)
+
+
+def test_long_model_is_not_refused(adult):
+    # 1000 trees on 1000 rows with class_weight='balanced': self-check residual 1.6e-9 (measured),
+    # rounding that a 1e-9 tolerance refused.
+    X = adult["X"].select_dtypes("number")
+    model = lgb.LGBMClassifier(n_estimators=1000, class_weight="balanced", verbose=-1).fit(X, adult["y"])
+    engine = LightGBMAdapter(model).prepare(X, adult["y"])
+    assert 1e-12 < engine.relative_residual < LightGBMAdapter.ROUNDING_MEASURED
