@@ -19,7 +19,7 @@ What XGBoost does, and how it lands in the description (verified by the tests of
   +-max_delta_step when it is nonzero, and 0 when H < min_child_weight; the logistic hessian is
   floored at 1e-16. A grown leaf always has H >= min_child_weight (split constraint), so only a
   root-only tree can store such a 0: it is described with learning rate 0 (deleting rows only
-  lowers its H).
+  lowers its H). The self-check tolerance is explained at :meth:`XGBoostAdapter.prepare`.
 * ``scale_pos_weight`` (spw) multiplies the weight of rows whose label is exactly 1, in every
   ``reg:`` and ``binary:`` objective (also squared error): it is the factor of weight group 1, so
   scores stay per unit of the user's weight.
@@ -51,8 +51,9 @@ import numpy as np
 import xgboost as xgb
 from numpy.typing import ArrayLike, NDArray
 
+from influence_gbdt.engine import InfluenceEngine
 from influence_gbdt.ensemble import TreeEnsemble
-from influence_gbdt.errors import InputError, UnsupportedModelError
+from influence_gbdt.errors import InputError, ReproductionError, UnsupportedModelError
 from influence_gbdt.tabular import n_rows
 
 from .base import BoosterAdapter, check_numeric_params
@@ -78,6 +79,10 @@ _HESSIAN_FLOOR = 1e-16
 #: XGBoost's kRtEps (include/xgboost/base.h): the base-score clip of the logistic link, and how far
 #: scale_pos_weight must be from 1 for the Newton-step base estimate.
 _RT_EPS = 1e-6
+_EPS32 = float(np.finfo(np.float32).eps)
+#: A leaf within this many float32 rounding bounds (:func:`rounding_units`) is reproduced.
+ROUNDING_UNITS = 2.0
+_MEASURED_UNITS = 0.6
 
 
 def _f32(value: Any) -> float:
@@ -117,7 +122,14 @@ class XGBoostAdapter(BoosterAdapter):
     """
 
     library: ClassVar[str] = "xgboost"
-    rtol: ClassVar[float] = 1e-5
+    #: Relative residual under which the self-check passes at once. Measured with
+    #: ``benchmarks/xgboost_self_check.py`` (XGBClassifier() defaults, 100 to 1000 trees): correct data
+    #: stays at or below RTOL_MEASURED (Adult, 1,000 to 32,561 rows, numeric or one-hot, with or without
+    #: weights), while the least visible wrong data measured, one weight off by 1%, gives WRONG_MIN
+    #: (a flipped label, two swapped rows, or eta/lambda lost by load_model: 1e-2 and more). Above rtol
+    #: the per-leaf float32 rounding bound decides (:meth:`prepare`): on data whose rows share margins
+    #: the rounding alone exceeds any fixed rtol (1.4e-5 on 20,000 rows of rounded features).
+    rtol: ClassVar[float] = 1e-6
     data_errors: ClassVar[tuple[type[Exception], ...]] = (xgb.core.XGBoostError,)
 
     def __init__(self, model: Any, params: Mapping[str, Any] | None = None) -> None:
@@ -307,6 +319,45 @@ class XGBoostAdapter(BoosterAdapter):
             "the labels, sample weights and base_margin (init_score) the model was trained with."
         )
 
+    def prepare(
+        self,
+        X: Any,
+        y: ArrayLike,
+        sample_weight: ArrayLike | None = None,
+        init_score: ArrayLike | None = None,
+    ) -> InfluenceEngine:
+        """Describe the model on its training data and prove the description reproduces it.
+
+        The stored leaves pass when the relative residual is at most :attr:`rtol`, or else when every
+        recomputed leaf lies within :data:`ROUNDING_UNITS` times its own float32 rounding bound
+        (:func:`rounding_units`): XGBoost's float32 rounding grows with the rows that share a margin,
+        which no single relative tolerance can follow.
+
+        Raises
+        ------
+        ReproductionError
+            Saying how far the worst leaf is from float32 rounding.
+        """
+        engine = InfluenceEngine(self.describe(X, y, sample_weight, init_score))
+        if engine.relative_residual <= self.rtol:
+            return engine
+        units = rounding_units(engine)
+        worst = int(np.argmax(units))
+        if units[worst] <= ROUNDING_UNITS:
+            return engine
+        verdict = (
+            "far above float32 rounding, so the data or parameters are not those of training"
+            if units[worst] > 20 * ROUNDING_UNITS
+            else "close to float32 rounding: if the data and parameters are exactly those of training, "
+            "please report this model"
+        )
+        raise ReproductionError(
+            f"The model is not reproduced from the data given: recomputed leaf values differ from the "
+            f"stored ones by {engine.relative_residual:.3g} (relative; tolerance {self.rtol:.1g}). The worst "
+            f"leaf, in tree {worst}, is off by {units[worst]:.3g} times its float32 rounding bound (correct "
+            f"data stays below {_MEASURED_UNITS}): {verdict}. xgboost: {self.hint}"
+        )
+
     def describe(
         self,
         X: Any,
@@ -362,6 +413,43 @@ class XGBoostAdapter(BoosterAdapter):
         if not self.base_estimated or init_score is not None or self._base_clipped:
             return "fixed"
         return "newton_step" if abs(self.scale_pos_weight - 1.0) > _RT_EPS else "mean"
+
+
+def rounding_units(engine: InfluenceEngine) -> NDArray[np.float64]:
+    """Each tree's worst leaf residual in units of that leaf's float32 rounding bound, shape (n_trees,).
+
+    XGBoost computes each row's gradient from float32 margins, in float32 (``g = f32(p) - y``), and
+    sums in double; the engine works in float64 from the exact sums of the stored leaves. A leaf's
+    difference is bounded by ``eta * (eps32 * sum w (|p| + |y|) + sum w h dm) / (H + lambda) +
+    |leaf| * (eps32 + sum w h dm / (H + lambda))`` over its rows (``p`` the prediction, ``h`` the
+    hessian, ``dm <= t * eps32 / 2 * max|margin|`` XGBoost's float32 margin rounding after ``t``
+    trees). Rows sharing one margin round alike, so the residual grows with them: 1.4e-5 relative
+    on 20,000 rows of rounded features, every leaf still below 0.6 of its bound.
+    """
+    e = engine.ensemble
+    y, w = e.y, e.sample_weight
+    margin = e.init_offset[:, 0] + e.base_margin[0]
+    drift = np.zeros(e.n_rows)  # bound on |XGBoost's float32 margin - the exact sum|
+    diff = np.abs(engine.leaf_values - e.leaf_values)
+    out = np.zeros(e.n_trees)
+    for t in range(e.n_trees):
+        rows, k = e.leaf_index[t], int(e.n_leaves[t])
+        lo, hi = e.leaf_offset[t], e.leaf_offset[t + 1]
+        stored = e.leaf_values[lo:hi]
+        if e.loss.name == "logloss":
+            pred = 1.0 / (1.0 + np.exp(-margin))
+            h = np.maximum(pred * (1.0 - pred), _HESSIAN_FLOOR)
+        else:
+            pred, h = margin, np.ones(e.n_rows)
+        den = np.bincount(rows, w * h, k) + e.l2[lo:hi]
+        gradient = _EPS32 * np.bincount(rows, w * (np.abs(pred) + np.abs(y)), k)
+        shift = np.bincount(rows, w * h * drift, k)
+        bound = e.learning_rate[t] * (gradient + shift) / den + np.abs(stored) * (_EPS32 + shift / den)
+        d = diff[lo:hi]
+        out[t] = np.max(np.where(d > 0, d / np.maximum(bound, np.finfo(float).tiny), 0.0))
+        margin = margin + stored[rows]
+        drift += _EPS32 / 2 * np.abs(margin)
+    return out
 
 
 def _predicted_rounds(model: Any, booster: xgb.Booster) -> int:

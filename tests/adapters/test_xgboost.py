@@ -7,8 +7,9 @@ score estimate and, for the scikit-learn models users have, retraining from scra
 Tolerances. XGBoost keeps labels, weights, gradients and margins in float32 (eps32 = 1.2e-7) and
 sums gradients in double. A margin is a float32 sum of ~15 float32 leaf values, so XGBoost's own
 margins carry ~1e-7 * max|margin| rounding each (measured: 2e-7..7e-7 on margins of size ~5).
-* Self-check: relative residual <= 1e-5 (the adapter's ``rtol``); measured 5e-8..1e-6 (alpha's
-  |G| - alpha cancellation is the largest).
+* Self-check: the adapter's (relative residual <= ``rtol`` = 1e-6, else every leaf within 2 of its
+  float32 rounding bounds); measured here 5e-8..1e-6 relative (alpha's |G| - alpha cancellation is
+  the largest).
 * Refit vs refresh: |engine - XGBoost| <= 1e-5 * max|margin| (about 20x the measured float32 noise),
   while the score itself is 100x larger than that tolerance for most rows (so it is really tested).
 * Finite differences of refresh with user weight 1 +- eps, eps = 0.05: central differences err
@@ -25,7 +26,7 @@ import pandas as pd
 import pytest
 import xgboost as xgb
 from influence_gbdt.adapters import adapter_for
-from influence_gbdt.adapters.xgboost import XGBoostAdapter
+from influence_gbdt.adapters.xgboost import XGBoostAdapter, rounding_units
 
 from influence_gbdt.engine import TestPoints
 from influence_gbdt.errors import InputError, ReproductionError, UnsupportedModelError
@@ -466,6 +467,35 @@ def test_root_only_trees_storing_zero_are_reproduced(cells):
     retrained = _retrain(model, 10, X, y, w, np.flatnonzero(keep))
     f_without = retrained.predict(cells["Xt"], output_margin=True)
     np.testing.assert_allclose(f_without, base[0], rtol=0, atol=1e-6)  # only the re-estimated base
+
+
+def test_self_check_follows_float32_rounding_not_a_fixed_tolerance(cells):
+    """XGBoost's float32 rounding grows with the rows that share a margin: on 5,000 rows of rounded
+    features the relative residual passes rtol, yet every leaf is within its rounding bound. A model
+    whose every leaf is rounding noise (weights 0.02: no tree can split, G ~ 0) passes too. Wrong
+    data is refused as far above rounding."""
+    rng = np.random.default_rng(3)
+    X = np.round(rng.normal(size=(5000, 4)))
+    y = (X[:, 0] + X[:, 1] > 0).astype(int)
+    adapter = adapter_for(xgb.XGBClassifier(n_jobs=1).fit(X, y))
+    engine = adapter.prepare(X, y)
+    assert engine.relative_residual > adapter.rtol
+    assert rounding_units(engine).max() < 0.6  # measured; ROUNDING_UNITS is 2
+    flipped = y.copy()
+    flipped[7] = 1 - flipped[7]
+    with pytest.raises(ReproductionError, match="far above float32 rounding"):
+        adapter.prepare(X, flipped)
+
+    Xc, yc = cells["X"][:N_USER], cells["binary"][:N_USER]
+    w = np.full(N_USER, 0.02)
+    adapter = adapter_for(xgb.XGBClassifier(n_estimators=20).fit(Xc, yc, sample_weight=w))
+    engine = adapter.prepare(Xc, yc, w)
+    assert engine.relative_residual > 0.1  # every stored leaf is ~1e-8 of noise
+    assert rounding_units(engine).max() < 0.6
+    w_off = w.copy()
+    w_off[0] *= 1.01
+    with pytest.raises(ReproductionError, match=r"times its float32 rounding bound"):
+        adapter.prepare(Xc, yc, w_off)
 
 
 def test_logistic_labels_of_one_class(data):
