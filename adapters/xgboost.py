@@ -2,24 +2,42 @@
 
 What XGBoost does, and how it lands in the description (verified by the tests of this module):
 
+* **Which trees.** Exactly the trees the model's own ``predict`` uses. ``XGBClassifier`` /
+  ``XGBRegressor`` predict, predict_proba and apply with rounds ``[0, best_iteration + 1)`` whenever
+  the booster has a ``best_iteration`` attribute (set by early stopping, also when it never fired;
+  kept by ``save_model``/``load_model`` and pickle), else with all rounds. ``Booster.predict``
+  ignores the attribute and uses every tree, so a Booster is explained on every tree: pass
+  ``booster[: booster.best_iteration + 1]`` to explain an ``xgb.train`` early-stopped model as its
+  best iteration. Dropping the later trees is exact (boosting is sequential: the first ``r`` rounds
+  are the model trained for ``r`` rounds). Leaf ids (``pred_leaf``), leaf values and margins are
+  all restricted to those rounds.
 * Leaf values come from the JSON model (``save_raw('json')``); a live leaf is a node reachable from
   the root with ``left_children == -1`` (pruned nodes of ``tree_method='exact'`` stay in the arrays,
   marked deleted). Leaves are numbered ``0 .. n_leaves - 1`` in node-id order, and ``pred_leaf`` node
   ids are mapped onto that numbering.
 * Leaf value = float32(eta * raw), raw = -ThresholdL1(G, alpha) / (H + lambda), clipped to
-  +-max_delta_step when it is nonzero; the logistic hessian is floored at 1e-16. Labels, weights and
-  margins are float32 inside XGBoost, so the self-check tolerance is ``rtol = 1e-5`` (float32 carries
-  about 6e-8 relative per operation; sums over a few thousand rows and tens of trees stay far below).
-* ``scale_pos_weight`` multiplies the weight of rows with label 1: it is the dataset factor of
-  class 1, so scores stay per unit of the user's weight.
-* Base score: stored in probability space for ``binary:logistic`` (margin = logit). A per-row
-  ``base_margin`` (``init_score`` here) *replaces* the base score in XGBoost, in training and in
-  prediction, so it becomes ``init_offset`` with ``base_margin = 0``.
-* ``base_rule="mean"`` (a retrain re-estimates the base score) only where XGBoost's
-  estimate is the engine's rule, the weighted loss-minimising constant: the user set no
-  ``base_score``, gave no per-row base margin (a retrain would re-estimate a base score that the
-  base margin then overrides, i.e. nothing changes) and ``scale_pos_weight == 1`` (with it XGBoost
-  estimates by one Newton step from margin 0, not by the minimiser, so the base score is held fixed).
+  +-max_delta_step when it is nonzero, and 0 when H < min_child_weight; the logistic hessian is
+  floored at 1e-16. A grown leaf always has H >= min_child_weight (split constraint), so only a
+  root-only tree can store such a 0: it is described with learning rate 0 (deleting rows only
+  lowers its H). The self-check tolerance is explained at :meth:`XGBoostAdapter.prepare`.
+* ``scale_pos_weight`` (spw) multiplies the weight of rows whose label is exactly 1, in every
+  ``reg:`` and ``binary:`` objective (also squared error): it is the factor of weight group 1, so
+  scores stay per unit of the user's weight.
+* **Base score.** Stored in probability space for ``binary:logistic``: the start margin is
+  ``logit(clip(b, 1e-6, 1 - 1e-6))`` in float32. When XGBoost estimated it (no user ``base_score``)
+  a retrain re-estimates it, by XGBoost's rule: the weighted label mean (``base_rule="mean"``, the
+  weighted loss-minimising constant) when ``|spw - 1| <= 1e-6``; otherwise one Newton step from
+  margin 0 with the weights ``w * spw`` on label-1 rows (``base_rule="newton_step"``,
+  ``base_anchor = 0``; spw is then the *dataset* factor of group 1, as it enters the estimate). It is
+  held (``"fixed"``) for a user ``base_score``, for a per-row ``base_margin`` (``init_score`` here:
+  it *replaces* the base score in training and prediction, so it becomes ``init_offset`` with
+  ``base_margin = 0``, and a re-estimated base score would change nothing), and for a logistic
+  estimate at the clip (all labels one class, where deleting a row leaves it there).
+* **min_child_weight and XGBoost's refresh updater.** LeafRefit keeps every leaf as Newton leaf of
+  its remaining rows. XGBoost's ``refresh`` updater instead zeroes a leaf whose hessian sum falls
+  below ``min_child_weight`` (CalcWeight), so LeafRefit with ``base_score="fixed"`` matches
+  ``refresh`` only when refresh runs with ``min_child_weight=0``. (Retraining from scratch would
+  not grow such a leaf at all: its structure changes, which no fixed-structure method models.)
 """
 
 from __future__ import annotations
@@ -33,8 +51,10 @@ import numpy as np
 import xgboost as xgb
 from numpy.typing import ArrayLike, NDArray
 
+from influence_gbdt.engine import InfluenceEngine
 from influence_gbdt.ensemble import TreeEnsemble
-from influence_gbdt.errors import InputError, UnsupportedModelError
+from influence_gbdt.errors import InputError, ReproductionError, UnsupportedModelError
+from influence_gbdt.tabular import n_rows
 
 from .base import BoosterAdapter, check_numeric_params
 
@@ -48,6 +68,7 @@ _ALIASES: dict[str, str] = {
     "alpha": "alpha",
     "reg_alpha": "alpha",
     "max_delta_step": "max_delta_step",
+    "min_child_weight": "min_child_weight",
     "scale_pos_weight": "scale_pos_weight",
     "subsample": "subsample",
     "monotone_constraints": "monotone_constraints",
@@ -55,6 +76,13 @@ _ALIASES: dict[str, str] = {
     "missing": "missing",
 }
 _HESSIAN_FLOOR = 1e-16
+#: XGBoost's kRtEps (include/xgboost/base.h): the base-score clip of the logistic link, and how far
+#: scale_pos_weight must be from 1 for the Newton-step base estimate.
+_RT_EPS = 1e-6
+_EPS32 = float(np.finfo(np.float32).eps)
+#: A leaf within this many float32 rounding bounds (:func:`rounding_units`) is reproduced.
+ROUNDING_UNITS = 2.0
+_MEASURED_UNITS = 0.6
 
 
 def _f32(value: Any) -> float:
@@ -77,8 +105,9 @@ class XGBoostAdapter(BoosterAdapter):
 
     Notes
     -----
-    Every tree of the booster is scored, also for a scikit-learn model fitted with early stopping
-    (whose ``predict`` stops at ``best_iteration``).
+    The trees explained are the ones the model's own ``predict`` uses (module docstring): for a
+    scikit-learn model fitted with early stopping, rounds ``[0, best_iteration + 1)``; for a
+    Booster, every tree. :attr:`n_rounds` holds the number of rounds explained.
 
     Raises
     ------
@@ -93,7 +122,14 @@ class XGBoostAdapter(BoosterAdapter):
     """
 
     library: ClassVar[str] = "xgboost"
-    rtol: ClassVar[float] = 1e-5
+    #: Relative residual under which the self-check passes at once. Measured with
+    #: ``benchmarks/xgboost_self_check.py`` (XGBClassifier() defaults, 100 to 1000 trees): correct data
+    #: stays at or below RTOL_MEASURED (Adult, 1,000 to 32,561 rows, numeric or one-hot, with or without
+    #: weights), while the least visible wrong data measured, one weight off by 1%, gives WRONG_MIN
+    #: (a flipped label, two swapped rows, or eta/lambda lost by load_model: 1e-2 and more). Above rtol
+    #: the per-leaf float32 rounding bound decides (:meth:`prepare`): on data whose rows share margins
+    #: the rounding alone exceeds any fixed rtol (1.4e-5 on 20,000 rows of rounded features).
+    rtol: ClassVar[float] = 1e-6
     data_errors: ClassVar[tuple[type[Exception], ...]] = (xgb.core.XGBoostError,)
 
     def __init__(self, model: Any, params: Mapping[str, Any] | None = None) -> None:
@@ -111,16 +147,18 @@ class XGBoostAdapter(BoosterAdapter):
         self.reg_lambda = _f32(user.get("lambda", tree_param["lambda"]))
         self.reg_alpha = _f32(user.get("alpha", tree_param["alpha"]))
         self.max_delta_step = _f32(user.get("max_delta_step", tree_param["max_delta_step"]))
+        self.min_child_weight = _f32(user.get("min_child_weight", tree_param["min_child_weight"]))
         spw = config["objective"].get("reg_loss_param", {}).get("scale_pos_weight", 1)
         self.scale_pos_weight = _f32(user.get("scale_pos_weight", spw))
         model_param = config["learner_model_param"]
-        base_score = _f32(json.loads(model_param["base_score"])[0])
+        base_score = np.float32(json.loads(model_param["base_score"])[0])
         self.base_estimated = model_param["boost_from_average"] == "1" and "base_score" not in user
-        self.base_margin = (
-            float(np.log(base_score / (1.0 - base_score))) if self.loss == "logloss" else base_score
-        )
+        #: The logistic estimate sits at XGBoost's clip (all labels one class): held fixed.
+        self._base_clipped = self.loss == "logloss" and not _RT_EPS < base_score < 1 - _RT_EPS
+        self.base_margin = _start_margin(base_score, self.loss)
         self._described_base = self.base_margin  # 0 once described with a per-row base margin
-        self._leaf_map, self._node_offset, self._leaf_values = self._leaf_tables()
+        self.n_rounds = _predicted_rounds(model, self.booster)
+        self._leaf_map, self._node_offset, self._leaf_values, self._tree_rate = self._leaf_tables()
         self._cat = any(t == "c" for t in (self.booster.feature_types or []))
 
     # ----------------------------------------------------------------------------- construction
@@ -186,10 +224,15 @@ class XGBoostAdapter(BoosterAdapter):
                 "neighbours, which is not modelled. Retrain without monotone constraints."
             )
 
-    def _leaf_tables(self) -> tuple[NDArray[np.int64], NDArray[np.int64], list[NDArray[np.float64]]]:
-        """Live leaves of every tree: node -> leaf number map (flat over trees), node offsets, values."""
-        trees = json.loads(self.booster.save_raw("json"))["learner"]["gradient_booster"]["model"]["trees"]
-        maps, values = [], []
+    def _leaf_tables(
+        self,
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64], list[NDArray[np.float64]], NDArray[np.float64]]:
+        """Live leaves of the explained trees: node -> leaf number map (flat over trees), node
+        offsets, leaf values, and each tree's learning rate (0 for a root-only tree that stores 0
+        because its hessian sum is below min_child_weight)."""
+        model = json.loads(self.booster.save_raw("json"))["learner"]["gradient_booster"]["model"]
+        trees = model["trees"][: int(model["iteration_indptr"][self.n_rounds])]
+        maps, values, rates = [], [], []
         for tree in trees:  # one pass per tree (a few hundred nodes), never per row
             left = np.asarray(tree["left_children"], dtype=np.int64)
             right = np.asarray(tree["right_children"], dtype=np.int64)
@@ -204,8 +247,10 @@ class XGBoostAdapter(BoosterAdapter):
             node_map[is_leaf] = np.arange(int(is_leaf.sum()))
             maps.append(node_map)
             values.append(np.asarray(tree["split_conditions"], dtype=np.float64)[is_leaf])
+            below = tree["sum_hessian"][0] < self.min_child_weight
+            rates.append(0.0 if left[0] == -1 and values[-1][0] == 0 and below else self.eta)
         offsets = np.concatenate([[0], np.cumsum([m.size for m in maps])[:-1]]).astype(np.int64)
-        return np.concatenate(maps), offsets, values
+        return np.concatenate(maps), offsets, values, np.asarray(rates)
 
     # ----------------------------------------------------------------------------- data access
     def model_features(self) -> tuple[int, list[str] | None]:
@@ -236,8 +281,9 @@ class XGBoostAdapter(BoosterAdapter):
             return np.asarray(self.booster.predict(dm, validate_features=hasattr(X, "columns"), **kwargs))
 
     def leaf_indices(self, X: Any) -> NDArray[np.int32]:
-        """Leaf of every row in every tree, ndarray of shape (n_trees, n_rows), int32, ``0 .. n_leaves-1``."""
-        nodes = self._predict(X, pred_leaf=True).astype(np.int64)
+        """Leaf of every row in every explained tree, ndarray of shape (n_trees, n_rows), int32,
+        ``0 .. n_leaves-1``."""
+        nodes = self._predict(X, pred_leaf=True, iteration_range=(0, self.n_rounds)).astype(np.int64)
         nodes = nodes.reshape(nodes.shape[0], -1)
         leaves = self._leaf_map[nodes + self._node_offset[None, :]]
         if leaves.min() < 0:
@@ -245,9 +291,10 @@ class XGBoostAdapter(BoosterAdapter):
         return np.ascontiguousarray(leaves.T, dtype=np.int32)
 
     def raw_predict(self, X: Any, init_score: ArrayLike | None = None) -> NDArray[np.float64]:
-        """XGBoost's margin (``output_margin=True``) with every tree, ndarray of shape (n_rows,)."""
+        """XGBoost's margin (``output_margin=True``) with the explained rounds, as the model's own
+        ``predict`` computes it, ndarray of shape (n_rows,)."""
         margin = None if init_score is None else np.asarray(init_score, dtype=np.float32).ravel()
-        out = self._predict(X, margin, output_margin=True, iteration_range=(0, 0))
+        out = self._predict(X, margin, output_margin=True, iteration_range=(0, self.n_rounds))
         return np.asarray(out, dtype=np.float64).ravel()
 
     def init_offset(self, X: Any, init_score: ArrayLike | None = None) -> NDArray[np.float64]:
@@ -268,8 +315,47 @@ class XGBoostAdapter(BoosterAdapter):
         return (
             "If the model was reloaded with load_model, XGBoost dropped its training parameters (eta reads "
             "back as 0.3): pass them as params={'eta': ..., 'lambda': ..., 'alpha': ..., 'max_delta_step': "
-            "..., 'scale_pos_weight': ...}. Otherwise pass exactly the training rows in training order, with "
+            "..., 'min_child_weight': ...}. Otherwise pass exactly the training rows in training order, with "
             "the labels, sample weights and base_margin (init_score) the model was trained with."
+        )
+
+    def prepare(
+        self,
+        X: Any,
+        y: ArrayLike,
+        sample_weight: ArrayLike | None = None,
+        init_score: ArrayLike | None = None,
+    ) -> InfluenceEngine:
+        """Describe the model on its training data and prove the description reproduces it.
+
+        The stored leaves pass when the relative residual is at most :attr:`rtol`, or else when every
+        recomputed leaf lies within :data:`ROUNDING_UNITS` times its own float32 rounding bound
+        (:func:`rounding_units`): XGBoost's float32 rounding grows with the rows that share a margin,
+        which no single relative tolerance can follow.
+
+        Raises
+        ------
+        ReproductionError
+            Saying how far the worst leaf is from float32 rounding.
+        """
+        engine = InfluenceEngine(self.describe(X, y, sample_weight, init_score))
+        if engine.relative_residual <= self.rtol:
+            return engine
+        units = rounding_units(engine)
+        worst = int(np.argmax(units))
+        if units[worst] <= ROUNDING_UNITS:
+            return engine
+        verdict = (
+            "far above float32 rounding, so the data or parameters are not those of training"
+            if units[worst] > 20 * ROUNDING_UNITS
+            else "close to float32 rounding: if the data and parameters are exactly those of training, "
+            "please report this model"
+        )
+        raise ReproductionError(
+            f"The model is not reproduced from the data given: recomputed leaf values differ from the "
+            f"stored ones by {engine.relative_residual:.3g} (relative; tolerance {self.rtol:.1g}). The worst "
+            f"leaf, in tree {worst}, is off by {units[worst]:.3g} times its float32 rounding bound (correct "
+            f"data stays below {_MEASURED_UNITS}): {verdict}. xgboost: {self.hint}"
         )
 
     def describe(
@@ -293,8 +379,11 @@ class XGBoostAdapter(BoosterAdapter):
         )
         if user_w.shape != (n,):
             raise InputError(f"sample_weight must have shape ({n},), got {user_w.shape}.")
-        classes = labels.astype(np.int64) if self.loss == "logloss" else None
-        base_refits = self.base_estimated and init_score is None and self.scale_pos_weight == 1.0
+        rule = self._base_rule(init_score)
+        # scale_pos_weight: the factor of group 1 (label exactly 1). It enters the Newton-step base
+        # estimate (a dataset factor) but not the weighted label mean (then an objective factor).
+        groups = (labels == 1.0).astype(np.int64)
+        factor = np.array([1.0, self.scale_pos_weight])[: groups.max() + 1]
         self._described_base = 0.0 if init_score is not None else self.base_margin
         offset = None if init_score is None else self.init_offset(X, init_score)
         return TreeEnsemble.build(
@@ -302,20 +391,85 @@ class XGBoostAdapter(BoosterAdapter):
             leaf_values=self._leaf_values,
             y=labels,
             loss=self.loss,
-            learning_rate=self.eta,
+            learning_rate=self._tree_rate,
             newton=True,
             l2=self.reg_lambda,
             l1=self.reg_alpha,
             max_delta_step=self.max_delta_step,
             hessian_floor=_HESSIAN_FLOOR if self.loss == "logloss" else 0.0,
             base_margin=self._described_base,
-            base_rule="mean" if base_refits else "fixed",
+            base_rule=rule,
+            base_anchor=0.0,
             init_offset=offset,
             user_weight=user_w,
-            weight_group=classes,
-            dataset_factor=[1.0, self.scale_pos_weight] if classes is not None else 1.0,
+            weight_group=groups,
+            dataset_factor=1.0 if rule == "mean" else factor,
+            objective_factor=factor if rule == "mean" else 1.0,
             float32_weights=True,
         )
+
+    def _base_rule(self, init_score: ArrayLike | None) -> str:
+        """How a retrain would re-estimate the base score (module docstring)."""
+        if not self.base_estimated or init_score is not None or self._base_clipped:
+            return "fixed"
+        return "newton_step" if abs(self.scale_pos_weight - 1.0) > _RT_EPS else "mean"
+
+
+def rounding_units(engine: InfluenceEngine) -> NDArray[np.float64]:
+    """Each tree's worst leaf residual in units of that leaf's float32 rounding bound, shape (n_trees,).
+
+    XGBoost computes each row's gradient from float32 margins, in float32 (``g = f32(p) - y``), and
+    sums in double; the engine works in float64 from the exact sums of the stored leaves. A leaf's
+    difference is bounded by ``eta * (eps32 * sum w (|p| + |y|) + sum w h dm) / (H + lambda) +
+    |leaf| * (eps32 + sum w h dm / (H + lambda))`` over its rows (``p`` the prediction, ``h`` the
+    hessian, ``dm <= t * eps32 / 2 * max|margin|`` XGBoost's float32 margin rounding after ``t``
+    trees). Rows sharing one margin round alike, so the residual grows with them: 1.4e-5 relative
+    on 20,000 rows of rounded features, every leaf still below 0.6 of its bound.
+    """
+    e = engine.ensemble
+    y, w = e.y, e.sample_weight
+    margin = e.init_offset[:, 0] + e.base_margin[0]
+    drift = np.zeros(e.n_rows)  # bound on |XGBoost's float32 margin - the exact sum|
+    diff = np.abs(engine.leaf_values - e.leaf_values)
+    out = np.zeros(e.n_trees)
+    for t in range(e.n_trees):
+        rows, k = e.leaf_index[t], int(e.n_leaves[t])
+        lo, hi = e.leaf_offset[t], e.leaf_offset[t + 1]
+        stored = e.leaf_values[lo:hi]
+        if e.loss.name == "logloss":
+            pred = 1.0 / (1.0 + np.exp(-margin))
+            h = np.maximum(pred * (1.0 - pred), _HESSIAN_FLOOR)
+        else:
+            pred, h = margin, np.ones(e.n_rows)
+        den = np.bincount(rows, w * h, k) + e.l2[lo:hi]
+        gradient = _EPS32 * np.bincount(rows, w * (np.abs(pred) + np.abs(y)), k)
+        shift = np.bincount(rows, w * h * drift, k)
+        bound = e.learning_rate[t] * (gradient + shift) / den + np.abs(stored) * (_EPS32 + shift / den)
+        d = diff[lo:hi]
+        out[t] = np.max(np.where(d > 0, d / np.maximum(bound, np.finfo(float).tiny), 0.0))
+        margin = margin + stored[rows]
+        drift += _EPS32 / 2 * np.abs(margin)
+    return out
+
+
+def _predicted_rounds(model: Any, booster: xgb.Booster) -> int:
+    """Rounds the model's own ``predict`` uses: ``best_iteration + 1`` for a scikit-learn model whose
+    booster has the attribute (``XGBModel._get_iteration_range``), else all of them."""
+    rounds = int(booster.num_boosted_rounds())
+    best = booster.attr("best_iteration")
+    if isinstance(model, xgb.XGBModel) and best is not None:
+        return min(int(best) + 1, rounds)
+    return rounds
+
+
+def _start_margin(base_score: np.float32, loss: str) -> float:
+    """The margin XGBoost starts from: ``-logf(1 / b - 1)`` with ``b`` clipped to ``[1e-6, 1 - 1e-6]``
+    for the logistic link (``LogisticRegression::ProbToMargin``, float32), the stored value else."""
+    if loss != "logloss":
+        return float(base_score)
+    one = np.float32(1.0)
+    b = np.clip(base_score, np.float32(_RT_EPS), one - np.float32(_RT_EPS))
+    return float(-np.log(one / b - one))
 
 
 def _has_constraint(value: Any) -> bool:
@@ -325,7 +479,3 @@ def _has_constraint(value: Any) -> bool:
     text = value if isinstance(value, str) else ",".join(map(str, value))
     return any(int(c) != 0 for c in re.findall(r"(?<![\w.])-?\d+", text))
 
-
-def n_rows(X: Any) -> int:
-    shape = getattr(X, "shape", None)
-    return int(shape[0]) if shape is not None else len(X)

@@ -1,13 +1,15 @@
 """XGBoost adapter against XGBoost itself: self-check, refresh-updater refit, finite differences.
 
 Ground truth is always XGBoost: its stored leaves (self-check), its ``refresh`` updater (fixed-structure
-refit, leaves recomputed tree by tree at refreshed margins, base score kept) and its margins.
+refit, leaves recomputed tree by tree at refreshed margins, base score kept), its margins, its own base
+score estimate and, for the scikit-learn models users have, retraining from scratch.
 
 Tolerances. XGBoost keeps labels, weights, gradients and margins in float32 (eps32 = 1.2e-7) and
 sums gradients in double. A margin is a float32 sum of ~15 float32 leaf values, so XGBoost's own
 margins carry ~1e-7 * max|margin| rounding each (measured: 2e-7..7e-7 on margins of size ~5).
-* Self-check: relative residual <= 1e-5 (the adapter's ``rtol``); measured 5e-8..1e-6 (alpha's
-  |G| - alpha cancellation is the largest).
+* Self-check: the adapter's (relative residual <= ``rtol`` = 1e-6, else every leaf within 2 of its
+  float32 rounding bounds); measured here 5e-8..1e-6 relative (alpha's |G| - alpha cancellation is
+  the largest).
 * Refit vs refresh: |engine - XGBoost| <= 1e-5 * max|margin| (about 20x the measured float32 noise),
   while the score itself is 100x larger than that tolerance for most rows (so it is really tested).
 * Finite differences of refresh with user weight 1 +- eps, eps = 0.05: central differences err
@@ -24,10 +26,11 @@ import pandas as pd
 import pytest
 import xgboost as xgb
 from influence_gbdt.adapters import adapter_for
-from influence_gbdt.adapters.xgboost import XGBoostAdapter
+from influence_gbdt.adapters.xgboost import XGBoostAdapter, rounding_units
 
 from influence_gbdt.engine import TestPoints
 from influence_gbdt.errors import InputError, ReproductionError, UnsupportedModelError
+from influence_gbdt.validation import structure_report
 
 # XGBoost warns that the refresh updater ignores tree_method, and that gblinear ignores max_depth.
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -52,12 +55,13 @@ def data() -> dict[str, np.ndarray]:
 
 
 def _train(params: dict, X, y, w=None, bm=None, rounds: int = ROUNDS) -> xgb.Booster:
-    return xgb.train(params, xgb.DMatrix(X, y, weight=w, base_margin=bm), rounds)
+    return xgb.train({"nthread": 1, **params}, xgb.DMatrix(X, y, weight=w, base_margin=bm), rounds)
 
 
 def _refresh(bst, params, X, y, w, bm, Xt, bmt) -> np.ndarray:
     """XGBoost's own fixed-structure refit on (X, y, w), test margins of shape (m,)."""
-    new = xgb.train({**params, **REFRESH}, xgb.DMatrix(X, y, weight=w, base_margin=bm), ROUNDS, xgb_model=bst)
+    dtrain = xgb.DMatrix(X, y, weight=w, base_margin=bm)
+    new = xgb.train({"nthread": 1, **params, **REFRESH}, dtrain, ROUNDS, xgb_model=bst)
     return new.predict(xgb.DMatrix(Xt, base_margin=bmt), output_margin=True).astype(np.float64)
 
 
@@ -112,22 +116,41 @@ def test_reproduces_and_matches_refresh(data, target, extra, weighted, with_bm):
         np.testing.assert_allclose(infl[r], fd, rtol=0, atol=2e-2 * np.abs(fd).max() + 1e-4)
 
 
-def test_base_score_refit_matches_xgboost_estimate(data):
-    """base_rule="mean": XGBoost re-estimates the base score as the weighted label mean."""
-    X, y, w = data["X"], data["binary"], data["w"]
-    params = {"objective": "binary:logistic", "max_depth": 3}
+def _stored_base_margin(bst: xgb.Booster, logistic: bool) -> float:
+    cfg = json.loads(bst.save_config())
+    b = float(json.loads(cfg["learner"]["learner_model_param"]["base_score"])[0])
+    return float(np.log(b / (1 - b))) if logistic else b
+
+
+@pytest.mark.parametrize(
+    "target, extra, rule",
+    [
+        ("binary", {}, "mean"),  # weighted label mean
+        ("binary", {"scale_pos_weight": 3.0}, "newton_step"),  # one Newton step from 0, weights w*spw
+        ("integers", {}, "mean"),
+        ("integers", {"scale_pos_weight": 2.0}, "newton_step"),  # spw also weights label-1 rows here
+        ("binary", {"base_score": 0.5}, "fixed"),
+        ("binary", {"scale_pos_weight": 3.0, "base_score": 0.4}, "fixed"),
+    ],
+)
+def test_base_score_refit_matches_xgboost_estimate(data, target, extra, rule):
+    """The base score without a row is XGBoost's own estimate on the data without it."""
+    X, w = data["X"], data["w"]
+    y = np.round(data["regression"]) if target == "integers" else data["binary"]
+    assert np.sum(y == 1) > 50
+    params = {"objective": OBJECTIVE.get(target, "reg:squarederror"), "max_depth": 3, **extra}
     engine = XGBoostAdapter(_train(params, X, y, w)).prepare(X, y, w)
-    assert engine.ensemble.base_rule == "mean"
-    rows = np.array([0, 5, 17])
+    assert engine.ensemble.base_rule == rule
+    rows = np.array([0, 5, 17, 33])
+    assert len(set(y[rows] == 1)) == 2  # rows of both weight groups (label 1 and not)
     _, base = engine.refit_leaf_values(rows, refit_base=True)
     for b, i in zip(base, rows, strict=True):
         keep = np.arange(N) != i
-        cfg = json.loads(_train(params, X[keep], y[keep], w[keep], rounds=1).save_config())
-        p = float(json.loads(cfg["learner"]["learner_model_param"]["base_score"])[0])
-        assert abs(b - np.log(p / (1 - p))) < 1e-6
-    for fixed in ({"base_score": 0.5}, {"scale_pos_weight": 2.0}):
-        bst = _train({**params, **fixed}, X, y, w)
-        assert XGBoostAdapter(bst).prepare(X, y, w).ensemble.base_rule == "fixed"
+        retrained = _train(params, X[keep], y[keep], w[keep], rounds=1)
+        expected = _stored_base_margin(retrained, target == "binary")
+        assert abs(b - expected) < 1e-6 * max(1.0, abs(expected))  # stored as float32
+    if rule == "fixed":
+        np.testing.assert_array_equal(base, engine.ensemble.base_margin[0])
 
 
 def test_sklearn_wrappers_booster_and_dataframe_agree(data):
@@ -245,3 +268,244 @@ def test_sklearn_missing_value_is_the_one_prediction_uses(data):
     with pytest.raises(ReproductionError):
         XGBoostAdapter(booster).prepare(X, data["binary"])
     assert XGBoostAdapter(booster, {"missing": 0.0}).prepare(X, data["binary"]).relative_residual < 1e-5
+
+
+# -- The models users have: plain scikit-learn wrappers, against XGBoost's own predict and retraining.
+#
+# Tolerance for margins (the engine's vs XGBoost's, and score vs retraining). XGBoost adds the T trees'
+# float32 leaves into a float32 margin: each addition rounds by up to eps32 / 2 * |margin| (sd about
+# eps32 * |margin| / sqrt(12)), so a margin carries sqrt(T) * 0.3 * eps32 * max|margin| of noise; a
+# score compares two such margins plus the engine's leaves, which differ from XGBoost's by the
+# self-check residual (float64 vs float32 gradients, the same order). ``_margin_tol`` is 4 sqrt(T)
+# eps32 max(1, max|margin|), about 10 sd: 2.4e-5 for 100 trees and margins of 5. Measured: at most
+# 3.1e-6 (100 trees) and 6.8e-7 (14 trees), while the compared scores reach 1e-2 to 1e-1.
+# Finite differences with weight 1 +- EPS: the margin tolerance over 2 EPS (twice, divided by 2 EPS)
+# plus the central-difference truncation O(EPS^2) relative; measured at most 3.3e-5 against
+# derivatives of 1e-2 to 4e-2.
+EPS32 = float(np.finfo(np.float32).eps)
+EPS = 0.05
+N_USER = 400
+
+
+def _margin_tol(n_trees: int, *margins: np.ndarray) -> float:
+    scale = max(1.0, *(float(np.abs(m).max()) for m in margins))
+    return 4.0 * np.sqrt(n_trees) * EPS32 * scale
+
+
+@pytest.fixture(scope="module")
+def cells() -> dict[str, object]:
+    """Two features of 2 and 5 levels (10 cells), 400 training rows, 200 validation rows.
+
+    Few distinct values keep XGBoost's histogram cuts and most split choices unchanged when one row
+    is deleted, so that retraining without a row keeps every tree for several rows (Assumption 1):
+    on data with continuous features no row of a 100-tree depth-6 model keeps it.
+    """
+    rng = np.random.default_rng(0)
+    n = N_USER + 200
+    X = np.column_stack([rng.integers(0, 2, n), rng.integers(0, 5, n)]).astype(float)
+    binary = (1.3 * X[:, 0] - 0.6 * X[:, 1] + 0.5 + 0.8 * rng.normal(size=n) > 0).astype(int)
+    regression = X[:, 0] + np.sin(X[:, 1]) + rng.normal(size=n)
+    return {
+        "X": X,
+        "Xt": np.array([[a, b] for a in range(2) for b in range(5)], dtype=float),  # every cell
+        "binary": binary,
+        "regression": regression,
+        "w": rng.uniform(0.5, 2.0, N_USER),
+        "columns": ["tenure", "plan"],
+    }
+
+
+# name: (estimator class, constructor arguments, target, weighted, pandas, early stopping)
+USER_MODELS = {
+    "XGBClassifier()": (xgb.XGBClassifier, {}, "binary", False, False, False),
+    "XGBRegressor()": (xgb.XGBRegressor, {}, "regression", False, False, False),
+    "pandas": (xgb.XGBClassifier, {}, "binary", False, True, False),
+    "sample_weight": (xgb.XGBClassifier, {}, "binary", True, False, False),
+    "scale_pos_weight": (xgb.XGBClassifier, {"scale_pos_weight": 3.0}, "binary", False, False, False),
+    "early_stopping": (xgb.XGBClassifier, {"early_stopping_rounds": 5, "n_estimators": 500}, "binary",
+                       False, False, True),
+    "early_stopping_regressor": (xgb.XGBRegressor, {"early_stopping_rounds": 5, "n_estimators": 500},
+                                 "regression", False, True, True),
+}
+
+
+def _user_model(cells, name):
+    cls, kwargs, target, weighted, pandas, early = USER_MODELS[name]
+    X, Xt, y = cells["X"], cells["Xt"], cells[target]
+    if pandas:
+        X, Xt = pd.DataFrame(X, columns=cells["columns"]), pd.DataFrame(Xt, columns=cells["columns"])
+    w = cells["w"] if weighted else None
+    fit = {"eval_set": [(X[N_USER:], y[N_USER:])], "verbose": False} if early else {}
+    model = cls(**kwargs).fit(X[:N_USER], y[:N_USER], sample_weight=w, **fit)
+    return model, X[:N_USER], Xt, y[:N_USER], w
+
+
+def _retrain(model, n_rounds, X, y, w, rows=None):
+    """The same estimator and parameters, trained for ``n_rounds`` rounds on ``rows`` of (X, y, w).
+
+    One thread: the thread count does not change an XGBoost model, and it is 10x faster on a busy
+    machine."""
+    params = {**model.get_params(), "n_estimators": n_rounds, "early_stopping_rounds": None, "n_jobs": 1}
+    rows = np.arange(len(y)) if rows is None else rows
+    take = (lambda a: a.iloc[rows]) if isinstance(X, pd.DataFrame) else (lambda a: a[rows])
+    return type(model)(**params).fit(take(X), y[rows], sample_weight=None if w is None else w[rows])
+
+
+@pytest.mark.parametrize("name", list(USER_MODELS))
+def test_user_models_explain_predict_and_match_retraining(cells, name):
+    """Explained margins == the model's own predict(output_margin=True) on train and test rows;
+    leaf_refit == retraining without the row, leaf_influence == finite differences of retraining,
+    wherever the retrained model keeps every tree's structure."""
+    model, X, Xt, y, w = _user_model(cells, name)
+    adapter = adapter_for(model)
+    engine = adapter.prepare(X, y, w)
+    n_rounds = adapter.n_rounds
+    booster = model.get_booster()
+    if USER_MODELS[name][-1]:  # early stopping: predict uses best_iteration + 1 of the rounds held
+        assert n_rounds == booster.best_iteration + 1 < booster.num_boosted_rounds()
+    else:
+        assert n_rounds == booster.num_boosted_rounds() == (model.n_estimators or 100)
+    f_train, f_test = model.predict(X, output_margin=True), model.predict(Xt, output_margin=True)
+    tol = _margin_tol(n_rounds, f_train, f_test)
+    test = TestPoints(leaf_index=adapter.leaf_indices(Xt), offset=adapter.init_offset(Xt))
+    np.testing.assert_allclose(engine.train_margin, f_train, rtol=0, atol=tol)
+    np.testing.assert_allclose(engine.predict_margin(test), f_test, rtol=0, atol=tol)
+
+    original = booster[:n_rounds]
+    probe = np.array([0, 1, 2, 3, 5, 6, 7])  # row 4 repeats row 3 (same cell and label)
+    refit = engine.leaf_refit(test, rows=probe, on="prediction")  # update_set all_points, base refit
+    kept: list[int] = []
+    for r, i in enumerate(probe):
+        keep = np.arange(N_USER) != i
+        retrained = _retrain(model, n_rounds, X, y, w, np.flatnonzero(keep))
+        if not structure_report(original, retrained.get_booster(), X, keep, Xt)["same"]:
+            continue
+        kept.append(r)
+        f_without = retrained.predict(Xt, output_margin=True)
+        atol = _margin_tol(n_rounds, f_test, f_without)
+        np.testing.assert_allclose(refit[r], f_test - f_without, rtol=0, atol=atol)
+        assert np.abs(refit[r]).max() > 100 * tol  # a real comparison, not two roundings
+    assert len(kept) >= 2, f"only rows {probe[kept]} of {probe} keep the structure"
+
+    # The most influential kept rows whose +-EPS retrains also keep the structure.
+    v = np.ones(N_USER) if w is None else w
+    compared, largest = 0, 0.0
+    for r in sorted(kept, key=lambda r: -np.abs(refit[r]).max())[:3]:
+        i = probe[r]
+        margins = []
+        for sign in (1, -1):
+            v2 = v.copy()
+            v2[i] += sign * EPS
+            retrained = _retrain(model, n_rounds, X, y, v2)
+            if structure_report(original, retrained.get_booster(), X, None, Xt)["same"]:
+                margins.append(retrained.predict(Xt, output_margin=True).astype(np.float64))
+        if len(margins) < 2:
+            continue
+        fd = (margins[0] - margins[1]) / (2 * EPS)
+        fd_tol = tol / EPS + EPS**2 * np.abs(fd).max()
+        influence = engine.leaf_influence(test, rows=[i], on="prediction")[0]
+        np.testing.assert_allclose(influence, fd, rtol=0, atol=fd_tol)
+        largest = max(largest, np.abs(fd).max() / fd_tol)
+        compared += 1
+    assert compared >= 1
+    assert largest > 10  # the derivatives are well above the tolerance
+
+
+def test_early_stopping_explains_the_rounds_predict_uses(cells, tmp_path):
+    """sklearn predict uses best_iteration + 1 rounds whenever the booster has the attribute (also
+    when early stopping never fired, and after load_model); Booster.predict uses every tree."""
+    X, Xt, y = cells["X"][:N_USER], cells["Xt"], cells["binary"][:N_USER]
+    valid = {"eval_set": [(cells["X"][N_USER:], cells["binary"][N_USER:])], "verbose": False}
+    stopped = xgb.XGBClassifier(n_estimators=500, early_stopping_rounds=5).fit(X, y, **valid)
+    never_fired = xgb.XGBClassifier(n_estimators=20, early_stopping_rounds=50).fit(X, y, **valid)
+    stopped.save_model(tmp_path / "m.json")
+    reloaded = xgb.XGBClassifier()
+    reloaded.load_model(tmp_path / "m.json")
+    dtrain, dvalid = xgb.DMatrix(X, y), xgb.DMatrix(*valid["eval_set"][0])
+    booster = xgb.train({"objective": "binary:logistic", "nthread": 1}, dtrain, 500, evals=[(dvalid, "v")],
+                        early_stopping_rounds=5, verbose_eval=False)
+    best = booster[: booster.best_iteration + 1]  # how a Booster user picks the best iteration
+
+    def booster_margin(b):
+        return lambda Z: b.predict(xgb.DMatrix(Z), output_margin=True)
+
+    cases = [
+        (stopped, lambda Z: stopped.predict(Z, output_margin=True), stopped.best_iteration + 1),
+        (never_fired, lambda Z: never_fired.predict(Z, output_margin=True), never_fired.best_iteration + 1),
+        (reloaded, lambda Z: reloaded.predict(Z, output_margin=True), stopped.best_iteration + 1),
+        (booster, booster_margin(booster), booster.num_boosted_rounds()),
+        (best, booster_margin(best), booster.best_iteration + 1),
+    ]
+    assert never_fired.get_booster().num_boosted_rounds() == 20 > never_fired.best_iteration + 1
+    assert stopped.get_booster().num_boosted_rounds() > stopped.best_iteration + 1
+    for model, margin, rounds in cases:
+        adapter = adapter_for(model)
+        assert adapter.n_rounds == rounds
+        engine = adapter.prepare(X, y)
+        assert engine.ensemble.n_trees == rounds
+        f_train, f_test = margin(X), margin(Xt)
+        tol = _margin_tol(rounds, f_train, f_test)
+        np.testing.assert_allclose(engine.train_margin, f_train, rtol=0, atol=tol)
+        test = TestPoints(leaf_index=adapter.leaf_indices(Xt), offset=adapter.init_offset(Xt))
+        np.testing.assert_allclose(engine.predict_margin(test), f_test, rtol=0, atol=tol)
+        np.testing.assert_allclose(adapter.raw_predict(Xt), f_test, rtol=0, atol=0)
+    every_tree = booster_margin(stopped.get_booster())(Xt)
+    assert np.abs(every_tree - stopped.predict(Xt, output_margin=True)).max() > 1e-2  # what was explained
+
+
+def test_root_only_trees_storing_zero_are_reproduced(cells):
+    """Weights normalised to sum 1: each tree's hessian sum is below min_child_weight = 1, so XGBoost
+    grows root-only trees and stores 0 (CalcWeight). Deleting a row only lowers H: they stay 0."""
+    X, y = cells["X"][:N_USER], cells["binary"][:N_USER]
+    w = np.full(N_USER, 1.0 / N_USER)
+    model = xgb.XGBClassifier(n_estimators=10).fit(X, y, sample_weight=w)
+    engine = adapter_for(model).prepare(X, y, w)
+    assert engine.residual == 0 and np.all(engine.ensemble.learning_rate == 0)
+    values, base = engine.refit_leaf_values([0, 1])
+    assert np.all(values == 0)
+    keep = np.arange(N_USER) != 0
+    retrained = _retrain(model, 10, X, y, w, np.flatnonzero(keep))
+    f_without = retrained.predict(cells["Xt"], output_margin=True)
+    np.testing.assert_allclose(f_without, base[0], rtol=0, atol=1e-6)  # only the re-estimated base
+
+
+def test_self_check_follows_float32_rounding_not_a_fixed_tolerance(cells):
+    """XGBoost's float32 rounding grows with the rows that share a margin: on 5,000 rows of rounded
+    features the relative residual passes rtol, yet every leaf is within its rounding bound. A model
+    whose every leaf is rounding noise (weights 0.02: no tree can split, G ~ 0) passes too. Wrong
+    data is refused as far above rounding."""
+    rng = np.random.default_rng(3)
+    X = np.round(rng.normal(size=(5000, 4)))
+    y = (X[:, 0] + X[:, 1] > 0).astype(int)
+    adapter = adapter_for(xgb.XGBClassifier(n_jobs=1).fit(X, y))
+    engine = adapter.prepare(X, y)
+    assert engine.relative_residual > adapter.rtol
+    assert rounding_units(engine).max() < 0.6  # measured; ROUNDING_UNITS is 2
+    flipped = y.copy()
+    flipped[7] = 1 - flipped[7]
+    with pytest.raises(ReproductionError, match="far above float32 rounding"):
+        adapter.prepare(X, flipped)
+
+    Xc, yc = cells["X"][:N_USER], cells["binary"][:N_USER]
+    w = np.full(N_USER, 0.02)
+    adapter = adapter_for(xgb.XGBClassifier(n_estimators=20).fit(Xc, yc, sample_weight=w))
+    engine = adapter.prepare(Xc, yc, w)
+    assert engine.relative_residual > 0.1  # every stored leaf is ~1e-8 of noise
+    assert rounding_units(engine).max() < 0.6
+    w_off = w.copy()
+    w_off[0] *= 1.01
+    with pytest.raises(ReproductionError, match=r"times its float32 rounding bound"):
+        adapter.prepare(Xc, yc, w_off)
+
+
+def test_logistic_labels_of_one_class(data):
+    """All labels 0: XGBoost stores base score 0 and starts from logit(1e-6) = -13.8 (its clip);
+    the hessians p(1-p) ~ 1e-6 leave every tree a root storing 0."""
+    X = data["X"]
+    y = np.zeros(N)
+    booster = _train({"objective": "binary:logistic"}, X, y, rounds=5)
+    adapter = XGBoostAdapter(booster)
+    engine = adapter.prepare(X, y)
+    assert engine.ensemble.base_rule == "fixed" and engine.residual == 0
+    np.testing.assert_allclose(engine.train_margin, adapter.raw_predict(X), rtol=0, atol=1e-6)
+    assert adapter.raw_predict(X)[0] == pytest.approx(-13.8155, abs=1e-4)
