@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from influence_gbdt.ensemble import TreeEnsemble
-from influence_gbdt.errors import InputError, UnsupportedModelError
+from influence_gbdt.errors import InputError, ReproductionError, UnsupportedModelError
 from influence_gbdt.labels import LabelMap
 from influence_gbdt.tabular import n_rows
 
@@ -160,9 +160,11 @@ class CatBoostAdapter(BoosterAdapter):
     ) -> TreeEnsemble:
         """Describe the model on its training data (rows ``n``, trees ``T``).
 
-        ``sample_weight`` (n,) is the user weight; class weights (also from ``auto_class_weights``
-        and ``scale_pos_weight``) are folded into the effective weight and reported as
-        ``weight_scale``. ``init_score`` (n,) is the baseline the model was trained with.
+        ``sample_weight`` (n,) is the user weight; class weights (``class_weights``,
+        ``scale_pos_weight``, ``auto_class_weights``) are the ``dataset_factor`` of each class,
+        multiplied with it in float32 as CatBoost does; ``auto_class_weights`` also give the class
+        weights without each row (``dataset_factor_without``). ``init_score`` (n,) is the baseline
+        the model was trained with.
         """
         n = n_rows(X)
         labels = self._labels(y)
@@ -172,9 +174,7 @@ class CatBoostAdapter(BoosterAdapter):
         if user_w.shape != (n,):
             raise InputError(f"sample_weight must have shape ({n},), got {user_w.shape}.")
         groups = labels.astype(np.int64) if self.loss == "logloss" else np.zeros(n, dtype=np.int64)
-        class_weights = np.ones(int(groups.max()) + 1)
-        if self.loss == "logloss" and self._p.get("class_weights"):
-            class_weights = _f32(self._p["class_weights"])[: class_weights.size]
+        class_weights, without = self._class_weights(groups, user_w)
         weight = _f32(user_w * class_weights[groups])
         leaf_index = self.leaf_indices(X)
         if leaf_index.shape[1] != n:
@@ -202,8 +202,39 @@ class CatBoostAdapter(BoosterAdapter):
             backtracking=backtracking, n_iterations=iterations if backtracking else None,
             base_margin=float(bias), base_rule="mean" if p.get("boost_from_average", False) else "fixed",
             init_offset=offset, y=labels, user_weight=user_w, weight_group=groups,
-            dataset_factor=class_weights, float32_weights=True,
+            dataset_factor=class_weights, float32_weights=True, dataset_factor_without=without,
         )
+
+    def _class_weights(
+        self, classes: NDArray[np.int64], user_w: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64] | None]:
+        """Class weights (one per class index, float32 values) and, for ``auto_class_weights``, the
+        class weights CatBoost derives with each row deleted, ndarray of shape (n, n_classes).
+
+        Raises
+        ------
+        ReproductionError
+            If ``auto_class_weights`` recomputed from the labels and weights given differ from the
+            stored ones (the data is not the training data).
+        """
+        k = int(classes.max()) + 1
+        stored = self._p.get("class_weights") if self.loss == "logloss" else None
+        if not stored:
+            return np.ones(k), None
+        weights = _f32(stored)[:k]
+        kind = self._p.get("auto_class_weights", "None")
+        if kind in (None, "None"):
+            return weights, None  # class_weights / scale_pos_weight: constants given by the user
+        threads = int(self.model.get_params().get("thread_count", -1) or -1)
+        blocks = threads if threads > 0 else os.cpu_count() or 1  # one block of rows per thread
+        sums = _class_sums(classes, user_w, k, blocks)
+        if not np.array_equal(_auto_weights(kind, sums), weights):
+            raise ReproductionError(
+                f"The model's auto_class_weights={kind!r} derived class weights {weights.tolist()} from "
+                f"its training data; the labels and sample weights given give "
+                f"{_auto_weights(kind, sums).tolist()}. Pass the training labels and sample weights."
+            )
+        return weights, _auto_weights(kind, _sums_without(classes, user_w, sums, k, blocks))
 
     def _step_scales(
         self, leaf_index: NDArray[np.int32], counts: NDArray[np.int64], values: NDArray[np.float64],
@@ -320,3 +351,58 @@ def _constraints(p: Mapping[str, Any]) -> list[Any]:
     if isinstance(mc, Mapping):
         return list(mc.values())
     return list(mc)
+
+
+def _class_sums(
+    classes: NDArray[np.int64], v: NDArray[np.float64], k: int, blocks: int
+) -> NDArray[np.float64]:
+    """Per-class sums of the sample weights as CatBoost forms them for ``auto_class_weights``
+    (``CalculateSummaryClassWeight``): double sums over ``blocks`` contiguous blocks of rows (one
+    per training thread), added into a float32 total; shape (k,)."""
+    n = classes.size
+    size = max(-(-n // blocks), 1)
+    total = np.zeros(k, dtype=np.float32)
+    for start in range(0, n, size):
+        part = np.bincount(classes[start : start + size], v[start : start + size], k)
+        total = (total.astype(np.float64) + part).astype(np.float32)
+    return total.astype(np.float64)
+
+
+def _auto_weights(kind: str, sums: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``auto_class_weights`` from per-class weight sums, shape (..., k) -> (..., k).
+
+    CatBoost passes the float sums through ``ui64`` (``std::function<float(ui64, ui64)>`` wrapping
+    float lambdas), so each is *truncated to an integer* first; a class whose truncated sum is 0
+    gets weight 1. Balanced: ``max_j S_j / S_k``; SqrtBalanced: its square root (float32).
+    """
+    whole = np.floor(sums).astype(np.float32)
+    top = whole.max(axis=-1, keepdims=True)
+    ratio = top / np.where(whole > 0, whole, np.float32(1))
+    if kind == "SqrtBalanced":
+        ratio = np.sqrt(ratio.astype(np.float64)).astype(np.float32)
+    elif kind != "Balanced":
+        raise UnsupportedModelError(f"auto_class_weights={kind!r} is not modelled; use 'Balanced' or "
+                                    "'SqrtBalanced', or pass class_weights.")
+    return np.where(whole > 0, ratio, np.float32(1)).astype(np.float64)
+
+
+def _sums_without(
+    classes: NDArray[np.int64], v: NDArray[np.float64], sums: NDArray[np.float64], k: int, blocks: int
+) -> NDArray[np.float64]:
+    """Per-class weight sums with each row deleted, shape (n, k) (only their integer parts matter).
+
+    ``sums - v[i]`` in double has the right integer part unless it lies within float32 rounding of
+    an integer; those rows are recomputed as CatBoost would on the data without the row. Integer
+    weights (row counts included) are summed exactly, so they never need that.
+    """
+    n = classes.size
+    table = np.broadcast_to(sums, (n, k)).copy()
+    table[np.arange(n), classes] -= v
+    exact = bool(np.all(v == np.round(v))) and float(v.sum()) < 2.0**24
+    if not exact:
+        own = table[np.arange(n), classes]
+        near = np.flatnonzero(np.abs(own - np.round(own)) <= 1e-5 * np.maximum(own, 1.0))
+        for i in near:
+            keep = np.arange(n) != i
+            table[i] = _class_sums(classes[keep], v[keep], k, blocks)
+    return table

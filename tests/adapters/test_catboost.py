@@ -24,6 +24,7 @@ from influence_gbdt.adapters.catboost import CatBoostAdapter  # noqa: E402
 from influence_gbdt.engine import InfluenceEngine, TestPoints  # noqa: E402
 from influence_gbdt.ensemble import TreeEnsemble  # noqa: E402
 from influence_gbdt.errors import InputError, ReproductionError, UnsupportedModelError  # noqa: E402
+from influence_gbdt.validation.models import structure_report  # noqa: E402
 
 N, M = 600, 40
 RESIDUALS: dict[str, float] = {}
@@ -209,6 +210,15 @@ def test_refit_and_influence_match_numpy_loop(data, loss, kw, weights):
 # Ground truth: CatBoost itself.
 
 
+def bias_rounding(loss, base):
+    """One float32 rounding of a re-estimated boost_from_average bias, as CatBoost does it: RMSE
+    stores the float32 weighted mean; Logloss takes the logit of the float32 weighted mean p, whose
+    rounding (<= 2^-24 p) moves the logit by <= 2^-24 / (1 - p)."""
+    if loss == "RMSE":
+        return 2.0**-23 * abs(base)
+    return 2.0**-23 / (1.0 - 1.0 / (1.0 + np.exp(-base)))
+
+
 def _splits(model):
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "m.json")
@@ -369,3 +379,143 @@ def test_rounding_level_step_rejections_are_resolved(data, monkeypatch):
     for model, y in models:
         greedy = InfluenceEngine(CatBoostAdapter(model).describe(data[0], y))
         assert greedy.relative_residual > 1e-9
+
+
+# ----------------------------------------------------------------------------------------------
+# Class weights CatBoost derives from the data (auto_class_weights): recomputed without each row.
+
+
+@pytest.fixture(scope="module")
+def imbalanced():
+    """400 rows, about 1 in 4 positive, non-integer float32 sample weights."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(460, 5))
+    y = (X[:, 0] - X[:, 1] + rng.normal(size=460) > 1.2).astype(int)
+    return X[:400], X[400:], y[:400], f32(rng.uniform(0.3, 2.0, 400))
+
+
+def _auto_model(X, y, sw, **kw):
+    params = dict(iterations=3, depth=3, learning_rate=0.3, verbose=0, random_seed=0, thread_count=1,
+                  random_strength=0, bootstrap_type="No", allow_writing_files=False)
+    params.update(kw)
+    return cb.CatBoostClassifier(**params).fit(X, y, sample_weight=sw), params
+
+
+@pytest.mark.parametrize("kind", ["Balanced", "SqrtBalanced"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_auto_class_weights_without_a_row_are_catboosts(imbalanced, kind, weighted):
+    """The class weights the adapter derives with row i deleted are the ones CatBoost stores when
+    retrained without row i: from class counts, or from per-class weight sums truncated to integers
+    (a deletion that does not move the integer part changes nothing)."""
+    X, _, y, w = imbalanced
+    sw = w.copy() if weighted else None
+    if weighted:  # put class 1's weight sum just above an integer: deleting row 0 (weight 0.5) moves it
+        positive = np.flatnonzero(y == 1)
+        sw[positive[0]] = 0.5
+        total = float(np.float32(sw[y == 1].sum()))
+        sw[positive[1]] += np.ceil(total) - total + 0.25  # sum = integer + 0.25
+    model, params = _auto_model(X, y, sw, auto_class_weights=kind)
+    ens = CatBoostAdapter(model).describe(X, y, sw)
+    np.testing.assert_array_equal(ens.dataset_factor, f32(model.get_all_params()["class_weights"]))
+    assert ens.dataset_factor_without is not None
+    rows = [*np.flatnonzero(y == 0)[:3], *np.flatnonzero(y == 1)[:3]]
+    moved = 0
+    for i in rows:
+        keep = np.arange(len(y)) != i
+        retrained = cb.CatBoostClassifier(**params).fit(
+            X[keep], y[keep], sample_weight=None if sw is None else sw[keep])
+        truth = f32(retrained.get_all_params()["class_weights"])
+        np.testing.assert_array_equal(ens.dataset_factor_without[i], truth)
+        moved += not np.array_equal(truth, ens.dataset_factor)
+    assert moved >= (len(rows) if not weighted else 1)  # counts: every deletion moves them
+
+
+@pytest.fixture(scope="module")
+def grid(imbalanced, tmp_path_factory):
+    """CatBoost's full quantization grid of the training rows (so a deletion cannot re-quantize)."""
+    X, _, y, _ = imbalanced
+    path = str(tmp_path_factory.mktemp("grid") / "borders.tsv")
+    pool = cb.Pool(X, y)
+    pool.quantize()
+    pool.save_quantization_borders(path)
+    return path
+
+
+AUTO_REFIT = [  # settings under which many deletion retrains keep the structure (measured 7-17 of 20)
+    ("Balanced", False, dict(depth=3)),
+    ("Balanced", True, dict(depth=2, boost_from_average=True)),
+    ("SqrtBalanced", True, dict(depth=3, leaf_estimation_iterations=5)),
+    ("SqrtBalanced", False, dict(depth=2, boost_from_average=True, leaf_estimation_iterations=5)),
+]
+
+
+@pytest.mark.parametrize(("kind", "weighted", "kw"), AUTO_REFIT)
+def test_auto_class_weights_leaf_refit_equals_deletion_retraining(imbalanced, grid, kind, weighted, kw):
+    """LeafRefit with auto_class_weights equals CatBoost retrained with the row deleted (class
+    weights re-derived, N - 1 in the l2 term) wherever the retrain keeps the structure; holding the
+    class weights fixed, as before, is off by a large fraction of the effect."""
+    X, Xt, y, w = imbalanced
+    sw = w if weighted else None
+    model, params = _auto_model(X, y, sw, auto_class_weights=kind, iterations=6, **kw)
+    adapter = CatBoostAdapter(model)
+    eng = adapter.prepare(X, y, sw)
+    fields = {k: getattr(eng.ensemble, k) for k in TreeEnsemble.__dataclass_fields__ if k != "leaf_offset"}
+    held = InfluenceEngine(TreeEnsemble(**{**fields, "dataset_factor_without": None}))
+    test = TestPoints(leaf_index=adapter.leaf_indices(Xt))
+    rows = np.arange(0, len(y), 20)
+    refit = eng.leaf_refit(test, rows=rows, on="prediction")
+    refit_held = held.leaf_refit(test, rows=rows, on="prediction")
+    _, base = eng.refit_leaf_values(rows)
+    raw = model.predict(Xt, prediction_type="RawFormulaVal")
+    kept, worst, worst_held = 0, 0.0, 0.0
+    for k, i in enumerate(rows):
+        keep = np.arange(len(y)) != i
+        retrained = cb.CatBoostClassifier(**params, input_borders=grid).fit(
+            X[keep], y[keep], sample_weight=None if sw is None else sw[keep])
+        if not structure_report(model, retrained, X, keep, Xt)["same"]:
+            continue
+        kept += 1
+        truth = raw - retrained.predict(Xt, prediction_type="RawFormulaVal")
+        atol = 1e-9 + (bias_rounding("Logloss", float(base[k])) if params.get("boost_from_average") else 0.0)
+        np.testing.assert_allclose(refit[k], truth, rtol=0, atol=atol)
+        worst = max(worst, float(np.abs(refit[k] - truth).max()))
+        worst_held = max(worst_held, float(np.abs(refit_held[k] - truth).max() / np.abs(truth).max()))
+    print(f"{kind} weighted={weighted} {kw}: structure kept in {kept}/{len(rows)} deletion retrains, "
+          f"max |refit - retrain| {worst:.1e}; class weights held fixed: {worst_held:.0%} of max |effect|")
+    assert kept >= 3, f"structure kept in only {kept}/{len(rows)} retrains: the comparison is vacuous"
+    assert worst_held > 0.05
+
+
+@pytest.mark.parametrize(
+    ("kind", "kw"),
+    [("Balanced", dict()), ("SqrtBalanced", dict(leaf_estimation_iterations=5))],
+)
+def test_auto_class_weights_leaf_influence_equals_retraining_differences(imbalanced, kind, kw):
+    """LeafInfluence = central differences of CatBoost retrained with row i's weight v_i +- eps.
+    With non-integer weights the truncated class sums do not move, so the class weights' derivative
+    is 0 (they stay in every row's weight). CatBoost trains on float32(v_i * class weight): the step
+    is taken in that weight (divided by the class weight) so that its rounding (1e-7 relative, 1e-4
+    of the difference at eps = 1e-3) does not enter; measured agreement ~1e-9 relative."""
+    X, Xt, y, w = imbalanced
+    model, params = _auto_model(X, y, w, auto_class_weights=kind, iterations=8, **kw)
+    adapter = CatBoostAdapter(model)
+    eng = adapter.prepare(X, y, w)
+    rows = np.arange(0, len(y), 80)
+    infl = eng.leaf_influence(TestPoints(leaf_index=adapter.leaf_indices(Xt)), rows=rows, on="prediction")
+    kept = 0
+    for k, i in enumerate(rows):
+        preds, steps = [], []
+        for sign in (1, -1):
+            v = w.copy()
+            v[i] = f32(w[i] + sign * 1e-3)
+            retrained = cb.CatBoostClassifier(**params).fit(X, y, sample_weight=v)
+            if not structure_report(model, retrained, X, None, Xt)["same"]:
+                break
+            preds.append(retrained.predict(Xt, prediction_type="RawFormulaVal"))
+            class_weight = np.float32(retrained.get_all_params()["class_weights"][y[i]])
+            steps.append(float(np.float32(v[i]) * class_weight) / float(class_weight))
+        else:
+            kept += 1
+            fd = (preds[0] - preds[1]) / (steps[0] - steps[1])
+            np.testing.assert_allclose(infl[k], fd, rtol=0, atol=1e-7 * np.abs(fd).max())
+    assert kept >= 3
