@@ -9,6 +9,35 @@ were never accepted. CatBoost evaluates that loss with a fast approximate ``exp`
 sums), so near-ties are decided by rounding: the adapter replays every tree in numpy and, where its
 own loss comparison is too close to call, searches both outcomes for the sequence of accepted
 scales that reproduces the stored leaf values (recorded in ``step_scales``).
+
+What "without the row" means (LeafRefit)
+----------------------------------------
+LeafRefit is CatBoost retrained with the row *deleted*, the tree structures fixed. That is not the
+same as giving the row weight 0, in two ways CatBoost's own retraining shows:
+
+- ``N`` in the L2 term ``l2_leaf_reg * sum(w) / N`` counts learn rows, weight-0 rows included, so
+  deletion gives ``N - 1`` (measured: the weight-0 and the deletion retrain differ by ~4e-4 in the
+  leaves). The description gives ``l2_leaf_reg`` as ``l2_per_mean_weight``; the engine divides by
+  ``N - 1`` when it deletes a row.
+- ``auto_class_weights`` are derived from the data: ``max_j S_j / S_k`` (Balanced) or its square
+  root (SqrtBalanced), ``S_k`` = class ``k``'s row count or sum of sample weights, *truncated to an
+  integer* (CatBoost passes the float sums through ``ui64``). The class weights without each row
+  are recomputed that way (``dataset_factor_without``); with row counts every deletion moves them.
+  Their derivative in a row's weight is 0 almost everywhere (the truncation is a step function), so
+  LeafInfluence holds them; with integer weights (no sample weights: counts) a weight just below
+  its value already moves a sum's integer part, so LeafInfluence is the derivative for an increase.
+  ``class_weights`` and ``scale_pos_weight`` are constants and stay.
+
+What a retrain from scratch would also change, and LeafRefit keeps: the *auto* learning rate
+(``learning_rate`` unset, ``lr = f(N, iterations, ...)``; CatBoost recomputes it from the row count,
+e.g. 0.063299 for N = 500 and 0.063245 for N = 499; an ``eval_set`` changes it too), the
+quantization borders (deletion re-quantizes; pass the original ones as ``input_borders`` to
+compare) and, with bootstrap or ``random_strength``, the random draws that choose the structures.
+LeafRefit keeps the trained learning rate.
+
+Early stopping: the model holds the trees ``predict`` uses (``best_iteration_ + 1`` of them with
+``use_best_model``, the default with an ``eval_set``; every tree trained up to the stop without it),
+and those are the trees explained.
 """
 
 from __future__ import annotations

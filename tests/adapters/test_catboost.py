@@ -8,10 +8,6 @@ retrain keeps the structure, and refit leaf values written back into a native mo
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-
 import numpy as np
 import pytest
 
@@ -219,19 +215,14 @@ def bias_rounding(loss, base):
     return 2.0**-23 / (1.0 - 1.0 / (1.0 + np.exp(-base)))
 
 
-def _splits(model):
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "m.json")
-        model.save_model(path, format="json")
-        with open(path) as fh:
-            trees = json.load(fh)["oblivious_trees"]
-    return [[(s.get("float_feature_index"), s.get("border")) for s in t["splits"]] for t in trees]
-
-
 @pytest.mark.parametrize(
-    ("loss", "from_average"), [("Logloss", False), ("Logloss", True), ("RMSE", False), ("RMSE", True)]
+    ("loss", "from_average", "weighted"),
+    [("Logloss", False, True), ("Logloss", True, False), ("RMSE", False, False), ("RMSE", True, True)],
 )
-def test_leaf_refit_equals_true_retraining_when_structure_kept(data, loss, from_average, tmp_path):
+def test_leaf_refit_equals_deletion_retraining_not_weight_zero(data, loss, from_average, weighted, tmp_path):
+    """LeafRefit = CatBoost retrained with the row *deleted* (N - 1 rows in l2_leaf_reg * sum(w) / N),
+    to 1e-9, wherever the retrain keeps the structure; the weight-0 retrain (N rows) differs from it
+    by far more. The refit leaves written back into a native model predict the same."""
     X, Xt = data[0], data[1]
     params = dict(
         iterations=10,
@@ -243,36 +234,39 @@ def test_leaf_refit_equals_true_retraining_when_structure_kept(data, loss, from_
         random_strength=0,
         bootstrap_type="No",
         boost_from_average=from_average,
+        allow_writing_files=False,
     )
     Model = cb.CatBoostClassifier if loss == "Logloss" else cb.CatBoostRegressor
     y = data[2] if loss == "Logloss" else data[4]
-    model = Model(**params).fit(X, y)
+    sw = f32(data[6]) if weighted else np.ones(N)
+    model = Model(**params).fit(X, y, sample_weight=sw if weighted else None)
     borders = str(tmp_path / "borders.tsv")
     grid = cb.Pool(X, y)
     grid.quantize()
     grid.save_quantization_borders(borders)  # the full grid: a deleted row must not re-quantize
     adapter = CatBoostAdapter(model)
-    eng = adapter.prepare(X, y)
+    eng = adapter.prepare(X, y, sw if weighted else None)
     test = TestPoints(leaf_index=adapter.leaf_indices(Xt), offset=adapter.init_offset(Xt))
     rows = np.arange(0, N, 30)
     refit = eng.leaf_refit(test, rows=rows, on="prediction")
     values, base = eng.refit_leaf_values(rows)
-    raw, leaves, splits = adapter.raw_predict(Xt), model.calc_leaf_indexes(cb.Pool(X)), _splits(model)
-    kept, worst = 0, 0.0
+    raw = adapter.raw_predict(Xt)
+    kept, worst, zero_gap = 0, 0.0, 0.0
     for k, i in enumerate(rows):
         keep = np.arange(N) != i
-        retrained = Model(**params, input_borders=borders).fit(X[keep], y[keep])  # true deletion
-        same = _splits(retrained) == splits and np.array_equal(
-            retrained.calc_leaf_indexes(cb.Pool(X))[keep], leaves[keep]
-        )
-        if not same:
+        retrained = Model(**params, input_borders=borders).fit(X[keep], y[keep], sample_weight=sw[keep])
+        if not structure_report(model, retrained, X, keep, Xt)["same"]:
             continue
         kept += 1
         truth = raw - retrained.predict(Xt, prediction_type="RawFormulaVal")
-        # CatBoost rounds a re-estimated bias to float32: allow its last bit on top of 1e-9.
-        atol = 1e-9 + (2.0**-23 * abs(float(base[k])) if from_average else 0.0)
+        atol = 1e-9 + (bias_rounding(loss, float(base[k])) if from_average else 0.0)
         np.testing.assert_allclose(refit[k], truth, rtol=0, atol=atol)
         worst = max(worst, float(np.abs(refit[k] - truth).max()))
+        if kept <= 3:  # weight 0 instead of deletion: same rows for the quantization, N unchanged
+            zero = Model(**params, input_borders=borders).fit(X, y, sample_weight=np.where(keep, sw, 0.0))
+            if structure_report(model, zero, X, keep, Xt)["same"]:
+                gap = raw - zero.predict(Xt, prediction_type="RawFormulaVal") - refit[k]
+                zero_gap = max(zero_gap, float(np.abs(gap).max()))
         # The engine's refit leaves written back into a native model predict the same.
         native = model.copy()
         native.shrink(native.tree_count_)
@@ -282,10 +276,11 @@ def test_leaf_refit_equals_true_retraining_when_structure_kept(data, loss, from_
             native.predict(Xt, prediction_type="RawFormulaVal"), raw - refit[k], rtol=0, atol=1e-12
         )
     print(
-        f"{loss} boost_from_average={from_average}: structure kept in {kept}/{len(rows)} retrains, "
-        f"max |refit - retrain| {worst:.1e}"
+        f"{loss} boost_from_average={from_average} weighted={weighted}: structure kept in {kept}/{len(rows)} "
+        f"deletion retrains, max |refit - retrain| {worst:.1e}; weight-0 retrain differs by {zero_gap:.1e}"
     )
     assert kept >= 3, f"structure kept in only {kept}/{len(rows)} retrains: the comparison is vacuous"
+    assert zero_gap > 1e-6
 
 
 # ----------------------------------------------------------------------------------------------
