@@ -376,6 +376,24 @@ def test_rounding_level_step_rejections_are_resolved(data, monkeypatch):
         assert greedy.relative_residual > 1e-9
 
 
+def test_reproduction_error_tells_rounding_from_other_data(data, monkeypatch):
+    """Other data changes every tree: "not reproduced". A near-tie of AnyImprovement left
+    unresolved (here: the tie search switched off) changes only the trees it is in, by up to ~1e-3:
+    "reproduced except for rounding", with the cause."""
+    import influence_gbdt.adapters.catboost as module
+
+    model, y, _ = fit("Logloss", data, iterations=50, depth=3, leaf_estimation_iterations=10)
+    adapter = CatBoostAdapter(model)
+    assert adapter.prepare(data[0], y).relative_residual < 1e-12
+    flipped = y.copy()
+    flipped[0] = 1 - flipped[0]
+    with pytest.raises(ReproductionError, match=r"not reproduced .* 50 of 50 trees differ"):
+        adapter.prepare(data[0], flipped)
+    monkeypatch.setattr(module, "_TIE", {"logloss": 0.0, "squared_error": 0.0})
+    with pytest.raises(ReproductionError, match=r"except for rounding: .* in 2 of 50 trees .* near-ties"):
+        adapter.prepare(data[0], y)
+
+
 # ----------------------------------------------------------------------------------------------
 # Class weights CatBoost derives from the data (auto_class_weights): recomputed without each row.
 
