@@ -2,8 +2,12 @@
 
 Checks: the self-check residual at double precision over the supported settings, refusals, the
 engine's LeafRefit against a plain per-row numpy refit loop written here, LeafInfluence against
-central finite differences of that loop, LeafRefit against true CatBoost retraining where the
-retrain keeps the structure, and refit leaf values written back into a native model.
+central finite differences of that loop, LeafRefit against true CatBoost retraining with the row
+deleted where the retrain keeps the structure (and its gap to the weight-0 retrain), refit leaf
+values written back into a native model, what a failed self-check says; the models users have
+(``CatBoostClassifier()`` / ``CatBoostRegressor()`` defaults, DataFrames, string labels,
+``class_names=[1, 0]``, early stopping) against CatBoost's raw prediction; ``auto_class_weights``
+against CatBoost's own class weights, deletion retraining and weight finite differences.
 """
 
 from __future__ import annotations
@@ -392,6 +396,94 @@ def test_reproduction_error_tells_rounding_from_other_data(data, monkeypatch):
     monkeypatch.setattr(module, "_TIE", {"logloss": 0.0, "squared_error": 0.0})
     with pytest.raises(ReproductionError, match=r"except for rounding: .* in 2 of 50 trees .* near-ties"):
         adapter.prepare(data[0], y)
+
+
+# ----------------------------------------------------------------------------------------------
+# The models users have: scikit-learn wrappers with their defaults, DataFrames, string labels,
+# early stopping. Explained margins must equal CatBoost's own raw prediction.
+
+
+def _explained_margins(adapter, eng, X):
+    return eng.predict_margin(TestPoints(leaf_index=adapter.leaf_indices(X), offset=adapter.init_offset(X)))
+
+
+@pytest.fixture(scope="module")
+def frame_data(data):
+    X, Xt, yc, ytc, yr, ytr, w = data
+    cols = ["age", "income", "score", "tenure", "visits"]
+    return pd.DataFrame(X, columns=cols), pd.DataFrame(Xt, columns=cols), yc, ytc, yr, ytr, w
+
+
+@pytest.mark.parametrize("kind", ["classifier", "regressor"])
+def test_default_sklearn_models_on_dataframes(frame_data, kind):
+    """``CatBoostClassifier()`` / ``CatBoostRegressor()`` as users train them: 1000 trees, the auto
+    learning rate, MVS bootstrap, random_strength 1, and for the classifier 10 Newton steps per leaf
+    with AnyImprovement backtracking; DataFrame input and string labels."""
+    X, Xt, yc, _, yr, _, _ = frame_data
+    X, Xt = X[:300], Xt[:20]
+    if kind == "classifier":
+        y = np.where(yc[:300] == 1, "churn", "stay")  # class_names ['churn', 'stay']: 'stay' is class 1
+        model = cb.CatBoostClassifier(thread_count=2, verbose=0, allow_writing_files=False).fit(X, y)
+    else:
+        y = yr[:300]
+        model = cb.CatBoostRegressor(thread_count=2, verbose=0, allow_writing_files=False).fit(X, y)
+    p = model.get_all_params()
+    assert model.tree_count_ == 1000
+    if kind == "classifier":
+        assert (p["leaf_estimation_iterations"], p["leaf_estimation_backtracking"]) == (10, "AnyImprovement")
+        assert list(model.classes_) == ["churn", "stay"]
+    adapter = adapter_for(model)
+    eng = adapter.prepare(X, y)
+    assert eng.relative_residual < 1e-12
+    for rows in (X, Xt):
+        native = model.predict(rows, prediction_type="RawFormulaVal")
+        np.testing.assert_allclose(_explained_margins(adapter, eng, rows), native, rtol=0, atol=1e-10)
+    if kind == "classifier":  # the margin is the log-odds of class_names[1]
+        proba = model.predict_proba(Xt)[:, 1]
+        np.testing.assert_allclose(1 / (1 + np.exp(-_explained_margins(adapter, eng, Xt))), proba, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("use_best_model", "kw"), [(True, {}), (False, dict(auto_class_weights="Balanced"))], ids=["best", "all"]
+)
+def test_early_stopping(frame_data, use_best_model, kw):
+    """eval_set + early_stopping_rounds: with use_best_model (the default with an eval_set) CatBoost
+    shrinks the model to best_iteration_ + 1 trees; without it all trees trained up to the stop are
+    kept, and predict uses them all. Either way the stored trees are what is explained (here also
+    with auto class weights and sample weights)."""
+    X, Xt, yc, ytc, _, _, w = frame_data
+    sw = w if kw else None
+    model = cb.CatBoostClassifier(
+        iterations=300, depth=4, thread_count=2, verbose=0, allow_writing_files=False,
+        early_stopping_rounds=10, use_best_model=use_best_model, **kw,
+    ).fit(X, yc, sample_weight=sw, eval_set=(Xt, ytc))
+    assert model.tree_count_ < 300
+    expected = model.best_iteration_ + 1 if use_best_model else model.best_iteration_ + 11
+    assert model.tree_count_ == expected
+    adapter = adapter_for(model)
+    eng = adapter.prepare(X, yc, sw)
+    assert eng.ensemble.n_trees == model.tree_count_
+    assert eng.relative_residual < 1e-12
+    for rows in (X, Xt):
+        native = model.predict(rows, prediction_type="RawFormulaVal")
+        np.testing.assert_allclose(_explained_margins(adapter, eng, rows), native, rtol=0, atol=1e-12)
+
+
+def test_class_names_reversed_make_label_zero_positive(frame_data):
+    """``class_names=[1, 0]``: label 0 is class index 1 (the margin's positive class)."""
+    X, Xt, yc, _, _, _, w = frame_data
+    model = cb.CatBoostClassifier(
+        iterations=20, depth=3, thread_count=2, verbose=0, allow_writing_files=False, class_names=[1, 0],
+        leaf_estimation_iterations=3,
+    ).fit(X, yc.astype(int), sample_weight=w)
+    adapter = adapter_for(model)
+    eng = adapter.prepare(X, yc.astype(int), w)
+    np.testing.assert_array_equal(eng.ensemble.y[:, 0], 1 - yc)
+    assert eng.relative_residual < 1e-12
+    margins = _explained_margins(adapter, eng, Xt)
+    native = model.predict(Xt, prediction_type="RawFormulaVal")
+    np.testing.assert_allclose(margins, native, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(model.predict_proba(Xt)[:, 1], 1 / (1 + np.exp(-margins)), atol=1e-12)
 
 
 # ----------------------------------------------------------------------------------------------
