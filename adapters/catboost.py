@@ -11,6 +11,35 @@ step itself with the same arithmetic (``backtracking_objective="fast_logloss"``,
 :mod:`influence_gbdt._fastobj`) and the self-check proves the decisions. That arithmetic splits rows
 into ranges by the training thread count when 10,000 < N < 100,000; the model does not record it, so
 :meth:`CatBoostAdapter.prepare` finds it (``params={"thread_count": k}`` gives it directly).
+
+What "without the row" means (LeafRefit)
+----------------------------------------
+LeafRefit is CatBoost retrained with the row *deleted*, the tree structures fixed. That is not the
+same as giving the row weight 0, in two ways CatBoost's own retraining shows:
+
+- ``N`` in the L2 term ``l2_leaf_reg * sum(w) / N`` counts learn rows, weight-0 rows included, so
+  deletion gives ``N - 1`` (measured: the weight-0 and the deletion retrain differ by ~4e-4 in the
+  leaves). The description gives ``l2_leaf_reg`` as ``l2_per_mean_weight``; the engine divides by
+  ``N - 1`` when it deletes a row.
+- ``auto_class_weights`` are derived from the data: ``max_j S_j / S_k`` (Balanced) or its square
+  root (SqrtBalanced), ``S_k`` = class ``k``'s row count or sum of sample weights, *truncated to an
+  integer* (CatBoost passes the float sums through ``ui64``). The class weights without each row
+  are recomputed that way (``dataset_factor_without``); with row counts every deletion moves them.
+  Their derivative in a row's weight is 0 almost everywhere (the truncation is a step function), so
+  LeafInfluence holds them; with integer weights (no sample weights: counts) a weight just below
+  its value already moves a sum's integer part, so LeafInfluence is the derivative for an increase.
+  ``class_weights`` and ``scale_pos_weight`` are constants and stay.
+
+What a retrain from scratch would also change, and LeafRefit keeps: the *auto* learning rate
+(``learning_rate`` unset, ``lr = f(N, iterations, ...)``; CatBoost recomputes it from the row count,
+e.g. 0.063299 for N = 500 and 0.063245 for N = 499; an ``eval_set`` changes it too), the
+quantization borders (deletion re-quantizes; pass the original ones as ``input_borders`` to
+compare) and, with bootstrap or ``random_strength``, the random draws that choose the structures.
+LeafRefit keeps the trained learning rate.
+
+Early stopping: the model holds the trees ``predict`` uses (``best_iteration_ + 1`` of them with
+``use_best_model``, the default with an ``eval_set``; every tree trained up to the stop without it),
+and those are the trees explained.
 """
 
 from __future__ import annotations
@@ -27,7 +56,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from influence_gbdt.engine import InfluenceEngine
 from influence_gbdt.ensemble import TreeEnsemble
-from influence_gbdt.errors import InputError, UnsupportedModelError
+from influence_gbdt.errors import InputError, ReproductionError, UnsupportedModelError
 from influence_gbdt.labels import LabelMap
 from influence_gbdt.tabular import n_rows
 
@@ -36,6 +65,9 @@ from .base import BoosterAdapter
 _LOSSES = {"Logloss": "logloss", "RMSE": "squared_error"}
 #: How CatBoost computes the loss an AnyImprovement step must lower (its exp-space losses).
 _BACKTRACKING_OBJECTIVES = {"logloss": "fast_logloss"}
+#: Relative residual up to which every tree may differ by rounding alone (float32 epsilon ~1.2e-7;
+#: wrong data measured >= 5.8e-6, see ``rtol``).
+_FLOAT32_LEVEL = 1e-7
 
 
 def _f32(a: ArrayLike) -> NDArray[np.float64]:
@@ -57,8 +89,13 @@ class CatBoostAdapter(BoosterAdapter):
 
     library: ClassVar[str] = "catboost"
     data_errors: ClassVar[tuple[type[Exception], ...]] = (catboost.CatBoostError,)
-    #: Labels, weights and the learning rate are rounded to float32 exactly as CatBoost does, so the
-    #: replay agrees to double-precision rounding (~1e-15 measured); 1e-10 leaves room for long sums.
+    #: Relative self-check tolerance. Measured on the training data (CatBoost 1.2.10): <= 6e-16 over
+    #: Logloss / RMSE, Newton / Gradient, 1-10 steps, Plain / Ordered, weights, class weights;
+    #: 3.1e-15 for ``CatBoostClassifier()`` on Adult's numeric columns (1000 trees x 10 Newton steps
+    #: with AnyImprovement, every tree reproduced); up to 2.4e-13 where the tie search stops at its
+    #: 1e-13 match (Ordered, 1000 trees). On wrong data: one weight of 600 off by 0.1% gives >= 5.8e-6,
+    #: one label changed >= 2.1e-2, weights left out >= 0.1 (every tree then differs). 1e-10 is 400
+    #: times the largest correct residual and 1/50000 of the smallest wrong one.
     rtol: ClassVar[float] = 1e-10
 
     def __init__(self, model: Any, params: Mapping[str, Any] | None = None) -> None:
@@ -99,6 +136,35 @@ class CatBoostAdapter(BoosterAdapter):
         for bad, why in refusals:
             if bad:
                 raise UnsupportedModelError(f"Cannot reproduce this CatBoost model: {why}.")
+
+    def _check(self, engine: InfluenceEngine) -> None:
+        e, r = engine.ensemble, engine.relative_residual
+        scale = float(np.abs(e.leaf_values).max()) or 1.0
+        off = np.flatnonzero(engine.tree_residual > self.rtol * scale)
+        # Other data changes every tree (every row is in a leaf of each); an unresolved near-tie of
+        # backtracking changes the tree it is in (measured: 2-4 of 50-100 trees when ties are not
+        # searched), as margins move by the stored leaf values.
+        few = off.size <= e.n_trees // 4 and bool(np.all(e.backtracking[off]))
+        if off.size and (r <= _FLOAT32_LEVEL or few):
+            cause = (
+                f"{'Those trees take' if off.size > 1 else 'That tree takes'} AnyImprovement steps whose "
+                "accept/reject decisions are near-ties that the replay of CatBoost's float arithmetic "
+                f"decided otherwise (its thread count tried: {e.objective_threads})"
+                if few else
+                "Every difference is below float32 rounding: a value CatBoost stores as float32 (labels, "
+                "weights, baseline, class weights) was given or rounded otherwise"
+            )
+            raise ReproductionError(
+                f"The CatBoost model is reproduced except for rounding: recomputed leaf values differ "
+                f"from the stored ones by {r:.3g} (relative; tolerance {self.rtol:.0e}) in {off.size} of "
+                f"{e.n_trees} trees (first: tree {off[0]}). {cause}. The data looks like the training "
+                f"data, but scores would be approximate: please report this model (catboost "
+                f"{catboost.__version__})."
+            )
+        engine.check_reproduction(
+            rtol=self.rtol,
+            hint=f"{self.library}: {off.size} of {e.n_trees} trees differ. {self.hint}",
+        )
 
     def _json_text(self) -> str:
         with tempfile.TemporaryDirectory() as tmp:
@@ -167,9 +233,11 @@ class CatBoostAdapter(BoosterAdapter):
     ) -> TreeEnsemble:
         """Describe the model on its training data (rows ``n``, trees ``T``).
 
-        ``sample_weight`` (n,) is the user weight; class weights (also from ``auto_class_weights``
-        and ``scale_pos_weight``) are folded into the effective weight and reported as
-        ``weight_scale``. ``init_score`` (n,) is the baseline the model was trained with.
+        ``sample_weight`` (n,) is the user weight; class weights (``class_weights``,
+        ``scale_pos_weight``, ``auto_class_weights``) are the ``dataset_factor`` of each class,
+        multiplied with it in float32 as CatBoost does; ``auto_class_weights`` also give the class
+        weights without each row (``dataset_factor_without``). ``init_score`` (n,) is the baseline
+        the model was trained with.
         """
         n = n_rows(X)
         labels = self._labels(y)
@@ -179,9 +247,7 @@ class CatBoostAdapter(BoosterAdapter):
         if user_w.shape != (n,):
             raise InputError(f"sample_weight must have shape ({n},), got {user_w.shape}.")
         groups = labels.astype(np.int64) if self.loss == "logloss" else np.zeros(n, dtype=np.int64)
-        class_weights = np.ones(int(groups.max()) + 1)
-        if self.loss == "logloss" and self._p.get("class_weights"):
-            class_weights = _f32(self._p["class_weights"])[: class_weights.size]
+        class_weights, without = self._class_weights(groups, user_w)
         leaf_index = self.leaf_indices(X)
         if leaf_index.shape[1] != n:
             raise InputError(f"calc_leaf_indexes returned {leaf_index.shape[1]} rows for {n} rows of X.")
@@ -204,8 +270,39 @@ class CatBoostAdapter(BoosterAdapter):
             objective_threads=self._threads,
             base_margin=float(bias), base_rule="mean" if p.get("boost_from_average", False) else "fixed",
             init_offset=offset, y=labels, user_weight=user_w, weight_group=groups,
-            dataset_factor=class_weights, float32_weights=True,
+            dataset_factor=class_weights, float32_weights=True, dataset_factor_without=without,
         )
+
+    def _class_weights(
+        self, classes: NDArray[np.int64], user_w: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64] | None]:
+        """Class weights (one per class index, float32 values) and, for ``auto_class_weights``, the
+        class weights CatBoost derives with each row deleted, ndarray of shape (n, n_classes).
+
+        Raises
+        ------
+        ReproductionError
+            If ``auto_class_weights`` recomputed from the labels and weights given differ from the
+            stored ones (the data is not the training data).
+        """
+        k = int(classes.max()) + 1
+        stored = self._p.get("class_weights") if self.loss == "logloss" else None
+        if not stored:
+            return np.ones(k), None
+        weights = _f32(stored)[:k]
+        kind = self._p.get("auto_class_weights", "None")
+        if kind in (None, "None"):
+            return weights, None  # class_weights / scale_pos_weight: constants given by the user
+        threads = int(self.model.get_params().get("thread_count", -1) or -1)
+        blocks = threads if threads > 0 else os.cpu_count() or 1  # one block of rows per thread
+        sums = _class_sums(classes, user_w, k, blocks)
+        if not np.array_equal(_auto_weights(kind, sums), weights):
+            raise ReproductionError(
+                f"The model's auto_class_weights={kind!r} derived class weights {weights.tolist()} from "
+                f"its training data; the labels and sample weights given give "
+                f"{_auto_weights(kind, sums).tolist()}. Pass the training labels and sample weights."
+            )
+        return weights, _auto_weights(kind, _sums_without(classes, user_w, sums, k, blocks))
 
     def prepare(
         self,
@@ -219,6 +316,14 @@ class CatBoostAdapter(BoosterAdapter):
         Where CatBoost's backtracking arithmetic depends on the training thread count (10,000 <
         N < 100,000 rows), the counts that change it are tried, most likely first, on the trees
         up to the first one a wrong count got wrong, until one reproduces the whole model.
+
+        Raises
+        ------
+        ReproductionError
+            "reproduced except for rounding" when the only differences are at float32 rounding
+            level or in a few backtracking trees (near-ties decided otherwise: the data is the
+            training data, the scores would be approximate); otherwise "not reproduced" (other data
+            than the training data, in the engine's words).
         """
         ensemble = self.describe(X, y, sample_weight, init_score)
         engine = InfluenceEngine(ensemble)
@@ -236,7 +341,7 @@ class CatBoostAdapter(BoosterAdapter):
                     break
             else:
                 break
-        engine.check_reproduction(rtol=self.rtol, hint=f"{self.library}: {self.hint}")
+        self._check(engine)
         return engine
 
     def _thread_candidates(self, ensemble: TreeEnsemble) -> list[int]:
@@ -292,3 +397,58 @@ def _constraints(p: Mapping[str, Any]) -> list[Any]:
     if isinstance(mc, Mapping):
         return list(mc.values())
     return list(mc)
+
+
+def _class_sums(
+    classes: NDArray[np.int64], v: NDArray[np.float64], k: int, blocks: int
+) -> NDArray[np.float64]:
+    """Per-class sums of the sample weights as CatBoost forms them for ``auto_class_weights``
+    (``CalculateSummaryClassWeight``): double sums over ``blocks`` contiguous blocks of rows (one
+    per training thread), added into a float32 total; shape (k,)."""
+    n = classes.size
+    size = max(-(-n // blocks), 1)
+    total = np.zeros(k, dtype=np.float32)
+    for start in range(0, n, size):
+        part = np.bincount(classes[start : start + size], v[start : start + size], k)
+        total = (total.astype(np.float64) + part).astype(np.float32)
+    return total.astype(np.float64)
+
+
+def _auto_weights(kind: str, sums: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``auto_class_weights`` from per-class weight sums, shape (..., k) -> (..., k).
+
+    CatBoost passes the float sums through ``ui64`` (``std::function<float(ui64, ui64)>`` wrapping
+    float lambdas), so each is *truncated to an integer* first; a class whose truncated sum is 0
+    gets weight 1. Balanced: ``max_j S_j / S_k``; SqrtBalanced: its square root (float32).
+    """
+    whole = np.floor(sums).astype(np.float32)
+    top = whole.max(axis=-1, keepdims=True)
+    ratio = top / np.where(whole > 0, whole, np.float32(1))
+    if kind == "SqrtBalanced":
+        ratio = np.sqrt(ratio.astype(np.float64)).astype(np.float32)
+    elif kind != "Balanced":
+        raise UnsupportedModelError(f"auto_class_weights={kind!r} is not modelled; use 'Balanced' or "
+                                    "'SqrtBalanced', or pass class_weights.")
+    return np.where(whole > 0, ratio, np.float32(1)).astype(np.float64)
+
+
+def _sums_without(
+    classes: NDArray[np.int64], v: NDArray[np.float64], sums: NDArray[np.float64], k: int, blocks: int
+) -> NDArray[np.float64]:
+    """Per-class weight sums with each row deleted, shape (n, k) (only their integer parts matter).
+
+    ``sums - v[i]`` in double has the right integer part unless it lies within float32 rounding of
+    an integer; those rows are recomputed as CatBoost would on the data without the row. Integer
+    weights (row counts included) are summed exactly, so they never need that.
+    """
+    n = classes.size
+    table = np.broadcast_to(sums, (n, k)).copy()
+    table[np.arange(n), classes] -= v
+    exact = bool(np.all(v == np.round(v))) and float(v.sum()) < 2.0**24
+    if not exact:
+        own = table[np.arange(n), classes]
+        near = np.flatnonzero(np.abs(own - np.round(own)) <= 1e-5 * np.maximum(own, 1.0))
+        for i in near:
+            keep = np.arange(n) != i
+            table[i] = _class_sums(classes[keep], v[keep], k, blocks)
+    return table

@@ -427,7 +427,7 @@ def rounding_units(engine: InfluenceEngine) -> NDArray[np.float64]:
     on 20,000 rows of rounded features, every leaf still below 0.6 of its bound.
     """
     e = engine.ensemble
-    y, w = e.y, e.sample_weight
+    y, w = e.y[:, 0], e.sample_weight
     margin = e.init_offset[:, 0] + e.base_margin[0]
     drift = np.zeros(e.n_rows)  # bound on |XGBoost's float32 margin - the exact sum|
     diff = np.abs(engine.leaf_values - e.leaf_values)

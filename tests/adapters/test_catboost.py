@@ -2,15 +2,16 @@
 
 Checks: the self-check residual at double precision over the supported settings, refusals, the
 engine's LeafRefit against a plain per-row numpy refit loop written here, LeafInfluence against
-central finite differences of that loop, LeafRefit against true CatBoost retraining where the
-retrain keeps the structure, and refit leaf values written back into a native model.
+central finite differences of that loop, LeafRefit against true CatBoost retraining with the row
+deleted where the retrain keeps the structure (and its gap to the weight-0 retrain), refit leaf
+values written back into a native model, what a failed self-check says; the models users have
+(``CatBoostClassifier()`` / ``CatBoostRegressor()`` defaults, DataFrames, string labels,
+``class_names=[1, 0]``, early stopping) against CatBoost's raw prediction; ``auto_class_weights``
+against CatBoost's own class weights, deletion retraining and weight finite differences.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from dataclasses import replace
 
 import numpy as np
@@ -23,7 +24,9 @@ from influence_gbdt.adapters import adapter_for  # noqa: E402
 from influence_gbdt.adapters.catboost import CatBoostAdapter  # noqa: E402
 
 from influence_gbdt.engine import InfluenceEngine, TestPoints  # noqa: E402
+from influence_gbdt.ensemble import TreeEnsemble  # noqa: E402
 from influence_gbdt.errors import InputError, ReproductionError, UnsupportedModelError  # noqa: E402
+from influence_gbdt.validation.models import structure_report  # noqa: E402
 
 N, M = 600, 40
 RESIDUALS: dict[str, float] = {}
@@ -211,19 +214,23 @@ def test_refit_and_influence_match_numpy_loop(data, loss, kw, weights):
 # Ground truth: CatBoost itself.
 
 
-def _splits(model):
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "m.json")
-        model.save_model(path, format="json")
-        with open(path) as fh:
-            trees = json.load(fh)["oblivious_trees"]
-    return [[(s.get("float_feature_index"), s.get("border")) for s in t["splits"]] for t in trees]
+def bias_rounding(loss, base):
+    """One float32 rounding of a re-estimated boost_from_average bias, as CatBoost does it: RMSE
+    stores the float32 weighted mean; Logloss takes the logit of the float32 weighted mean p, whose
+    rounding (<= 2^-24 p) moves the logit by <= 2^-24 / (1 - p)."""
+    if loss == "RMSE":
+        return 2.0**-23 * abs(base)
+    return 2.0**-23 / (1.0 - 1.0 / (1.0 + np.exp(-base)))
 
 
 @pytest.mark.parametrize(
-    ("loss", "from_average"), [("Logloss", False), ("Logloss", True), ("RMSE", False), ("RMSE", True)]
+    ("loss", "from_average", "weighted"),
+    [("Logloss", False, True), ("Logloss", True, False), ("RMSE", False, False), ("RMSE", True, True)],
 )
-def test_leaf_refit_equals_true_retraining_when_structure_kept(data, loss, from_average, tmp_path):
+def test_leaf_refit_equals_deletion_retraining_not_weight_zero(data, loss, from_average, weighted, tmp_path):
+    """LeafRefit = CatBoost retrained with the row *deleted* (N - 1 rows in l2_leaf_reg * sum(w) / N),
+    to 1e-9, wherever the retrain keeps the structure; the weight-0 retrain (N rows) differs from it
+    by far more. The refit leaves written back into a native model predict the same."""
     X, Xt = data[0], data[1]
     params = dict(
         iterations=10,
@@ -235,36 +242,39 @@ def test_leaf_refit_equals_true_retraining_when_structure_kept(data, loss, from_
         random_strength=0,
         bootstrap_type="No",
         boost_from_average=from_average,
+        allow_writing_files=False,
     )
     Model = cb.CatBoostClassifier if loss == "Logloss" else cb.CatBoostRegressor
     y = data[2] if loss == "Logloss" else data[4]
-    model = Model(**params).fit(X, y)
+    sw = f32(data[6]) if weighted else np.ones(N)
+    model = Model(**params).fit(X, y, sample_weight=sw if weighted else None)
     borders = str(tmp_path / "borders.tsv")
     grid = cb.Pool(X, y)
     grid.quantize()
     grid.save_quantization_borders(borders)  # the full grid: a deleted row must not re-quantize
     adapter = CatBoostAdapter(model)
-    eng = adapter.prepare(X, y)
+    eng = adapter.prepare(X, y, sw if weighted else None)
     test = TestPoints(leaf_index=adapter.leaf_indices(Xt), offset=adapter.init_offset(Xt))
     rows = np.arange(0, N, 30)
     refit = eng.leaf_refit(test, rows=rows, on="prediction")
     values, base = eng.refit_leaf_values(rows)
-    raw, leaves, splits = adapter.raw_predict(Xt), model.calc_leaf_indexes(cb.Pool(X)), _splits(model)
-    kept, worst = 0, 0.0
+    raw = adapter.raw_predict(Xt)
+    kept, worst, zero_gap = 0, 0.0, 0.0
     for k, i in enumerate(rows):
         keep = np.arange(N) != i
-        retrained = Model(**params, input_borders=borders).fit(X[keep], y[keep])  # true deletion
-        same = _splits(retrained) == splits and np.array_equal(
-            retrained.calc_leaf_indexes(cb.Pool(X))[keep], leaves[keep]
-        )
-        if not same:
+        retrained = Model(**params, input_borders=borders).fit(X[keep], y[keep], sample_weight=sw[keep])
+        if not structure_report(model, retrained, X, keep, Xt)["same"]:
             continue
         kept += 1
         truth = raw - retrained.predict(Xt, prediction_type="RawFormulaVal")
-        # CatBoost rounds a re-estimated bias to float32: allow its last bit on top of 1e-9.
-        atol = 1e-9 + (2.0**-23 * abs(float(base[k])) if from_average else 0.0)
+        atol = 1e-9 + (bias_rounding(loss, float(base[k])) if from_average else 0.0)
         np.testing.assert_allclose(refit[k], truth, rtol=0, atol=atol)
         worst = max(worst, float(np.abs(refit[k] - truth).max()))
+        if kept <= 3:  # weight 0 instead of deletion: same rows for the quantization, N unchanged
+            zero = Model(**params, input_borders=borders).fit(X, y, sample_weight=np.where(keep, sw, 0.0))
+            if structure_report(model, zero, X, keep, Xt)["same"]:
+                gap = raw - zero.predict(Xt, prediction_type="RawFormulaVal") - refit[k]
+                zero_gap = max(zero_gap, float(np.abs(gap).max()))
         # The engine's refit leaves written back into a native model predict the same.
         native = model.copy()
         native.shrink(native.tree_count_)
@@ -274,10 +284,11 @@ def test_leaf_refit_equals_true_retraining_when_structure_kept(data, loss, from_
             native.predict(Xt, prediction_type="RawFormulaVal"), raw - refit[k], rtol=0, atol=1e-12
         )
     print(
-        f"{loss} boost_from_average={from_average}: structure kept in {kept}/{len(rows)} retrains, "
-        f"max |refit - retrain| {worst:.1e}"
+        f"{loss} boost_from_average={from_average} weighted={weighted}: structure kept in {kept}/{len(rows)} "
+        f"deletion retrains, max |refit - retrain| {worst:.1e}; weight-0 retrain differs by {zero_gap:.1e}"
     )
     assert kept >= 3, f"structure kept in only {kept}/{len(rows)} retrains: the comparison is vacuous"
+    assert zero_gap > 1e-6
 
 
 # ----------------------------------------------------------------------------------------------
@@ -371,3 +382,247 @@ def test_rounding_level_step_rejections_are_resolved(data):
             assert exact.relative_residual > 1e-9
 
 
+def test_reproduction_error_tells_rounding_from_other_data(data, monkeypatch):
+    """Other data changes every tree: "not reproduced". A near-tie of AnyImprovement decided
+    otherwise (here: in exact arithmetic, not CatBoost's fast exp) changes only the trees it is in,
+    by up to ~1e-3: "reproduced except for rounding", with the cause."""
+    import influence_gbdt.adapters.catboost as module
+
+    model, y, _ = fit("Logloss", data, iterations=50, depth=3, leaf_estimation_iterations=10)
+    adapter = CatBoostAdapter(model)
+    assert adapter.prepare(data[0], y).relative_residual < 1e-12
+    flipped = y.copy()
+    flipped[0] = 1 - flipped[0]
+    with pytest.raises(ReproductionError, match=r"not reproduced .* 50 of 50 trees differ"):
+        adapter.prepare(data[0], flipped)
+    monkeypatch.setattr(module, "_BACKTRACKING_OBJECTIVES", {})
+    with pytest.raises(ReproductionError, match=r"except for rounding: .* in \d+ of 50 trees .* near-ties"):
+        adapter.prepare(data[0], y)
+
+
+# ----------------------------------------------------------------------------------------------
+# The models users have: scikit-learn wrappers with their defaults, DataFrames, string labels,
+# early stopping. Explained margins must equal CatBoost's own raw prediction.
+
+
+def _explained_margins(adapter, eng, X):
+    return eng.predict_margin(TestPoints(leaf_index=adapter.leaf_indices(X), offset=adapter.init_offset(X)))
+
+
+@pytest.fixture(scope="module")
+def frame_data(data):
+    X, Xt, yc, ytc, yr, ytr, w = data
+    cols = ["age", "income", "score", "tenure", "visits"]
+    return pd.DataFrame(X, columns=cols), pd.DataFrame(Xt, columns=cols), yc, ytc, yr, ytr, w
+
+
+@pytest.mark.parametrize("kind", ["classifier", "regressor"])
+def test_default_sklearn_models_on_dataframes(frame_data, kind):
+    """``CatBoostClassifier()`` / ``CatBoostRegressor()`` as users train them: 1000 trees, the auto
+    learning rate, MVS bootstrap, random_strength 1, and for the classifier 10 Newton steps per leaf
+    with AnyImprovement backtracking; DataFrame input and string labels."""
+    X, Xt, yc, _, yr, _, _ = frame_data
+    X, Xt = X[:300], Xt[:20]
+    if kind == "classifier":
+        y = np.where(yc[:300] == 1, "churn", "stay")  # class_names ['churn', 'stay']: 'stay' is class 1
+        model = cb.CatBoostClassifier(thread_count=2, verbose=0, allow_writing_files=False).fit(X, y)
+    else:
+        y = yr[:300]
+        model = cb.CatBoostRegressor(thread_count=2, verbose=0, allow_writing_files=False).fit(X, y)
+    p = model.get_all_params()
+    assert model.tree_count_ == 1000
+    if kind == "classifier":
+        assert (p["leaf_estimation_iterations"], p["leaf_estimation_backtracking"]) == (10, "AnyImprovement")
+        assert list(model.classes_) == ["churn", "stay"]
+    adapter = adapter_for(model)
+    eng = adapter.prepare(X, y)
+    assert eng.relative_residual < 1e-12
+    for rows in (X, Xt):
+        native = model.predict(rows, prediction_type="RawFormulaVal")
+        np.testing.assert_allclose(_explained_margins(adapter, eng, rows), native, rtol=0, atol=1e-10)
+    if kind == "classifier":  # the margin is the log-odds of class_names[1]
+        proba = model.predict_proba(Xt)[:, 1]
+        np.testing.assert_allclose(1 / (1 + np.exp(-_explained_margins(adapter, eng, Xt))), proba, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("use_best_model", "kw"), [(True, {}), (False, dict(auto_class_weights="Balanced"))], ids=["best", "all"]
+)
+def test_early_stopping(frame_data, use_best_model, kw):
+    """eval_set + early_stopping_rounds: with use_best_model (the default with an eval_set) CatBoost
+    shrinks the model to best_iteration_ + 1 trees; without it all trees trained up to the stop are
+    kept, and predict uses them all. Either way the stored trees are what is explained (here also
+    with auto class weights and sample weights)."""
+    X, Xt, yc, ytc, _, _, w = frame_data
+    sw = w if kw else None
+    model = cb.CatBoostClassifier(
+        iterations=300, depth=4, thread_count=2, verbose=0, allow_writing_files=False,
+        early_stopping_rounds=10, use_best_model=use_best_model, **kw,
+    ).fit(X, yc, sample_weight=sw, eval_set=(Xt, ytc))
+    assert model.tree_count_ < 300
+    expected = model.best_iteration_ + 1 if use_best_model else model.best_iteration_ + 11
+    assert model.tree_count_ == expected
+    adapter = adapter_for(model)
+    eng = adapter.prepare(X, yc, sw)
+    assert eng.ensemble.n_trees == model.tree_count_
+    assert eng.relative_residual < 1e-12
+    for rows in (X, Xt):
+        native = model.predict(rows, prediction_type="RawFormulaVal")
+        np.testing.assert_allclose(_explained_margins(adapter, eng, rows), native, rtol=0, atol=1e-12)
+
+
+def test_class_names_reversed_make_label_zero_positive(frame_data):
+    """``class_names=[1, 0]``: label 0 is class index 1 (the margin's positive class)."""
+    X, Xt, yc, _, _, _, w = frame_data
+    model = cb.CatBoostClassifier(
+        iterations=20, depth=3, thread_count=2, verbose=0, allow_writing_files=False, class_names=[1, 0],
+        leaf_estimation_iterations=3,
+    ).fit(X, yc.astype(int), sample_weight=w)
+    adapter = adapter_for(model)
+    eng = adapter.prepare(X, yc.astype(int), w)
+    np.testing.assert_array_equal(eng.ensemble.y[:, 0], 1 - yc)
+    assert eng.relative_residual < 1e-12
+    margins = _explained_margins(adapter, eng, Xt)
+    native = model.predict(Xt, prediction_type="RawFormulaVal")
+    np.testing.assert_allclose(margins, native, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(model.predict_proba(Xt)[:, 1], 1 / (1 + np.exp(-margins)), atol=1e-12)
+
+
+# ----------------------------------------------------------------------------------------------
+# Class weights CatBoost derives from the data (auto_class_weights): recomputed without each row.
+
+
+@pytest.fixture(scope="module")
+def imbalanced():
+    """400 rows, about 1 in 4 positive, non-integer float32 sample weights."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(460, 5))
+    y = (X[:, 0] - X[:, 1] + rng.normal(size=460) > 1.2).astype(int)
+    return X[:400], X[400:], y[:400], f32(rng.uniform(0.3, 2.0, 400))
+
+
+def _auto_model(X, y, sw, **kw):
+    params = dict(iterations=3, depth=3, learning_rate=0.3, verbose=0, random_seed=0, thread_count=1,
+                  random_strength=0, bootstrap_type="No", allow_writing_files=False)
+    params.update(kw)
+    return cb.CatBoostClassifier(**params).fit(X, y, sample_weight=sw), params
+
+
+@pytest.mark.parametrize("kind", ["Balanced", "SqrtBalanced"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_auto_class_weights_without_a_row_are_catboosts(imbalanced, kind, weighted):
+    """The class weights the adapter derives with row i deleted are the ones CatBoost stores when
+    retrained without row i: from class counts, or from per-class weight sums truncated to integers
+    (a deletion that does not move the integer part changes nothing)."""
+    X, _, y, w = imbalanced
+    sw = w.copy() if weighted else None
+    if weighted:  # put class 1's weight sum just above an integer: deleting row 0 (weight 0.5) moves it
+        positive = np.flatnonzero(y == 1)
+        sw[positive[0]] = 0.5
+        total = float(np.float32(sw[y == 1].sum()))
+        sw[positive[1]] += np.ceil(total) - total + 0.25  # sum = integer + 0.25
+    model, params = _auto_model(X, y, sw, auto_class_weights=kind)
+    ens = CatBoostAdapter(model).describe(X, y, sw)
+    np.testing.assert_array_equal(ens.dataset_factor, f32(model.get_all_params()["class_weights"]))
+    assert ens.dataset_factor_without is not None
+    rows = [*np.flatnonzero(y == 0)[:3], *np.flatnonzero(y == 1)[:3]]
+    moved = 0
+    for i in rows:
+        keep = np.arange(len(y)) != i
+        retrained = cb.CatBoostClassifier(**params).fit(
+            X[keep], y[keep], sample_weight=None if sw is None else sw[keep])
+        truth = f32(retrained.get_all_params()["class_weights"])
+        np.testing.assert_array_equal(ens.dataset_factor_without[i], truth)
+        moved += not np.array_equal(truth, ens.dataset_factor)
+    assert moved >= (len(rows) if not weighted else 1)  # counts: every deletion moves them
+
+
+@pytest.fixture(scope="module")
+def grid(imbalanced, tmp_path_factory):
+    """CatBoost's full quantization grid of the training rows (so a deletion cannot re-quantize)."""
+    X, _, y, _ = imbalanced
+    path = str(tmp_path_factory.mktemp("grid") / "borders.tsv")
+    pool = cb.Pool(X, y)
+    pool.quantize()
+    pool.save_quantization_borders(path)
+    return path
+
+
+AUTO_REFIT = [  # settings under which many deletion retrains keep the structure (measured 7-17 of 20)
+    ("Balanced", False, dict(depth=3)),
+    ("Balanced", True, dict(depth=2, boost_from_average=True)),
+    ("SqrtBalanced", True, dict(depth=3, leaf_estimation_iterations=5)),
+    ("SqrtBalanced", False, dict(depth=2, boost_from_average=True, leaf_estimation_iterations=5)),
+]
+
+
+@pytest.mark.parametrize(("kind", "weighted", "kw"), AUTO_REFIT)
+def test_auto_class_weights_leaf_refit_equals_deletion_retraining(imbalanced, grid, kind, weighted, kw):
+    """LeafRefit with auto_class_weights equals CatBoost retrained with the row deleted (class
+    weights re-derived, N - 1 in the l2 term) wherever the retrain keeps the structure; holding the
+    class weights fixed, as before, is off by a large fraction of the effect."""
+    X, Xt, y, w = imbalanced
+    sw = w if weighted else None
+    model, params = _auto_model(X, y, sw, auto_class_weights=kind, iterations=6, **kw)
+    adapter = CatBoostAdapter(model)
+    eng = adapter.prepare(X, y, sw)
+    fields = {k: getattr(eng.ensemble, k) for k in TreeEnsemble.__dataclass_fields__ if k != "leaf_offset"}
+    held = InfluenceEngine(TreeEnsemble(**{**fields, "dataset_factor_without": None}))
+    test = TestPoints(leaf_index=adapter.leaf_indices(Xt))
+    rows = np.arange(0, len(y), 20)
+    refit = eng.leaf_refit(test, rows=rows, on="prediction")
+    refit_held = held.leaf_refit(test, rows=rows, on="prediction")
+    _, base = eng.refit_leaf_values(rows)
+    raw = model.predict(Xt, prediction_type="RawFormulaVal")
+    kept, worst, worst_held = 0, 0.0, 0.0
+    for k, i in enumerate(rows):
+        keep = np.arange(len(y)) != i
+        retrained = cb.CatBoostClassifier(**params, input_borders=grid).fit(
+            X[keep], y[keep], sample_weight=None if sw is None else sw[keep])
+        if not structure_report(model, retrained, X, keep, Xt)["same"]:
+            continue
+        kept += 1
+        truth = raw - retrained.predict(Xt, prediction_type="RawFormulaVal")
+        atol = 1e-9 + (bias_rounding("Logloss", float(base[k])) if params.get("boost_from_average") else 0.0)
+        np.testing.assert_allclose(refit[k], truth, rtol=0, atol=atol)
+        worst = max(worst, float(np.abs(refit[k] - truth).max()))
+        worst_held = max(worst_held, float(np.abs(refit_held[k] - truth).max() / np.abs(truth).max()))
+    print(f"{kind} weighted={weighted} {kw}: structure kept in {kept}/{len(rows)} deletion retrains, "
+          f"max |refit - retrain| {worst:.1e}; class weights held fixed: {worst_held:.0%} of max |effect|")
+    assert kept >= 3, f"structure kept in only {kept}/{len(rows)} retrains: the comparison is vacuous"
+    assert worst_held > 0.05
+
+
+@pytest.mark.parametrize(
+    ("kind", "kw"),
+    [("Balanced", dict()), ("SqrtBalanced", dict(leaf_estimation_iterations=5))],
+)
+def test_auto_class_weights_leaf_influence_equals_retraining_differences(imbalanced, kind, kw):
+    """LeafInfluence = central differences of CatBoost retrained with row i's weight v_i +- eps.
+    With non-integer weights the truncated class sums do not move, so the class weights' derivative
+    is 0 (they stay in every row's weight). CatBoost trains on float32(v_i * class weight): the step
+    is taken in that weight (divided by the class weight) so that its rounding (1e-7 relative, 1e-4
+    of the difference at eps = 1e-3) does not enter; measured agreement ~1e-9 relative."""
+    X, Xt, y, w = imbalanced
+    model, params = _auto_model(X, y, w, auto_class_weights=kind, iterations=8, **kw)
+    adapter = CatBoostAdapter(model)
+    eng = adapter.prepare(X, y, w)
+    rows = np.arange(0, len(y), 80)
+    infl = eng.leaf_influence(TestPoints(leaf_index=adapter.leaf_indices(Xt)), rows=rows, on="prediction")
+    kept = 0
+    for k, i in enumerate(rows):
+        preds, steps = [], []
+        for sign in (1, -1):
+            v = w.copy()
+            v[i] = f32(w[i] + sign * 1e-3)
+            retrained = cb.CatBoostClassifier(**params).fit(X, y, sample_weight=v)
+            if not structure_report(model, retrained, X, None, Xt)["same"]:
+                break
+            preds.append(retrained.predict(Xt, prediction_type="RawFormulaVal"))
+            class_weight = np.float32(retrained.get_all_params()["class_weights"][y[i]])
+            steps.append(float(np.float32(v[i]) * class_weight) / float(class_weight))
+        else:
+            kept += 1
+            fd = (preds[0] - preds[1]) / (steps[0] - steps[1])
+            np.testing.assert_allclose(infl[k], fd, rtol=0, atol=1e-7 * np.abs(fd).max())
+    assert kept >= 3
