@@ -227,7 +227,8 @@ def _cmd_score(args: argparse.Namespace) -> int:
               "(score > 0 = the row raises it).")
     ex = _explainer(args, model).fit(X, y, sample_weight=w)
     aggregate = None if args.per_test_point else args.aggregate
-    scores = ex.score_training_points(X_test, y_test if on == "loss" else None, aggregate=aggregate, on=on)
+    scores = ex.score_training_points(X_test, y_test if on == "loss" else None, aggregate=aggregate, on=on,
+                                      output=_output(ex, args.output_class))
     if scores.ndim == 1:
         table = pd.DataFrame({"row": np.arange(scores.size), "score": scores, args.label: y})
     else:
@@ -238,6 +239,26 @@ def _cmd_score(args: argparse.Namespace) -> int:
         print(f"Wrote {table.shape[0]} rows x {table.shape[1]} columns to {args.output}.")
     _print_top(args, on, scores, X, y)
     return 0
+
+
+def _output(ex: Any, text: str | None) -> Any:
+    """--class as the model names its outputs: the class label whose text it is (a CSV gives
+    text, a model may store numbers), else an output index."""
+    if text is None:
+        return None
+    classes = ex.adapter_.label_map().classes
+    if classes is not None:
+        named = [c for c in classes if str(c) == text]
+        if not named:
+            raise InputError(f"--class {text!r} is not a class of the model; its classes are "
+                             f"{[str(c) for c in classes]}.")
+        return named[0]
+    try:
+        return int(text)
+    except ValueError:
+        raise InputError(
+            f"--class must be an output index (the model records no class labels), got {text!r}."
+        ) from None
 
 
 def _print_top(args: argparse.Namespace, on: str, scores: np.ndarray, X: pd.DataFrame, y: Any) -> None:
@@ -344,6 +365,9 @@ def _parser() -> argparse.ArgumentParser:
     score.add_argument("--on", choices=["loss", "prediction"], default=None,
                        help="loss: effect on the test loss, > 0 = harmful (default when the test data has "
                             "labels); prediction: effect on the raw prediction (default without labels)")
+    score.add_argument("--class", dest="output_class", metavar="CLASS",
+                       help="with --on prediction on a multiclass or multi-target model: the class label "
+                            "(or output index) whose raw prediction is scored")
     score.add_argument("--top", type=_count(0), default=10, help="rows to print per kind (default 10)")
     score.set_defaults(run=_cmd_score)
 

@@ -25,7 +25,7 @@ _UPDATE_SETS = ("all_points", "single_point", "top_k_leaves")
 _BASE_SCORES = ("refit", "fixed")
 _AGGREGATES = (None, "mean", "sum")
 _PARAMS = ("model", "method", "update_set", "k", "base_score", "progress", "params", "max_memory")
-_SCORE_KWARGS = ("aggregate", "training_points", "on", "init_score")
+_SCORE_KWARGS = ("aggregate", "training_points", "on", "output", "init_score")
 _TABLE_COLUMNS = ("row", "score", "label")
 #: A run projected to need more than this many seconds warns once (LongRunWarning) with advice.
 LONG_RUN_SECONDS = 3600.0
@@ -252,6 +252,7 @@ class BoostingInfluence:
         aggregate: Literal["mean", "sum"] | None = None,
         training_points: ArrayLike | None = None,
         on: Literal["loss", "prediction"] = "loss",
+        output: Any = None,
         init_score: ArrayLike | None = None,
     ) -> NDArray[np.float64]:
         """Score training rows by their influence on the test points ``X``.
@@ -269,7 +270,14 @@ class BoostingInfluence:
         on : {"loss", "prediction"}
             ``"loss"``: effect on the test loss, > 0 = harmful. ``"prediction"``: effect on the raw
             margin (``leaf_refit``: F(x) - F_without_row(x); ``leaf_influence``: dF(x)/dw), > 0 = the
-            row raises the margin; needs no labels.
+            row raises the margin; needs no labels. With ``"loss"`` a multiclass model's test loss
+            is the log loss of the true class (softmax) or the sum of its per-class losses (one vs
+            all), a multi-target regressor's the sum over targets.
+        output : class label or int, optional
+            With ``on="prediction"`` on a model with several outputs (required there): whose raw
+            margin is scored, a class label as the model was trained on (``"cat"``) for a classifier
+            that records its classes, else the output's index (a raw multiclass Booster, a
+            multi-target regressor). A binary model has one margin, that of its positive class.
         init_score : array-like of shape (n_test,), optional
             Per-row initial margin of the test points, if the model was trained with one.
 
@@ -294,6 +302,7 @@ class BoostingInfluence:
         check_choice("on", on, ("loss", "prediction"))
         check_choice("aggregate", aggregate, _AGGREGATES)
         test = self._test_points(X, y, on, init_score)
+        column = self._output_index(on, output)
         rows = engine.resolve_rows(training_points)
         m = np.asarray(test.leaf_index).shape[1]
         if rows.size == 0:
@@ -308,7 +317,7 @@ class BoostingInfluence:
             scorer = engine.leaf_influence if self.method == "leaf_influence" else engine.leaf_refit
             return scorer(
                 test, rows=rows, update_set=self.update_set, k=k,
-                refit_base=self.base_score == "refit", on=on, aggregate=aggregate,
+                refit_base=self.base_score == "refit", on=on, aggregate=aggregate, output=column,
                 chunk_size=chunk, progress=_Progress(bar, total, unit, self._speedup_advice()),
             )
 
@@ -329,8 +338,8 @@ class BoostingInfluence:
             Rows to return (all scored rows if fewer).
         kind : {"harmful", "helpful"}
         **score_kwargs
-            ``aggregate`` ("mean" by default, or "sum"), ``training_points``, ``on``, ``init_score``
-            as in :meth:`score_training_points`.
+            ``aggregate`` ("mean" by default, or "sum"), ``training_points``, ``on``, ``output``,
+            ``init_score`` as in :meth:`score_training_points`.
 
         Returns
         -------
@@ -426,6 +435,43 @@ class BoostingInfluence:
             labels = self.adapter_.encode_labels(check_rows(y, m, "y", index, numeric=False))
         offsets = None if init_score is None else check_rows(init_score, m, "init_score", index)
         return TestPoints(self.adapter_.leaf_indices(X), self.adapter_.init_offset(X, offsets), labels)
+
+    def _output_index(self, on: str, output: Any) -> int | None:
+        """The engine's output index for ``output`` (None: the only output, or scoring the loss).
+
+        Raises
+        ------
+        InputError
+            ``output`` with ``on="loss"``, a class the model does not have, an index out of range, or
+            a binary model's negative class.
+        """
+        if output is None:
+            return None  # the engine refuses on="prediction" without it when there are several
+        if on != "prediction":
+            raise InputError(
+                "output names the margin scored with on='prediction'; the loss (on='loss') covers every "
+                "output already. Drop output, or pass on='prediction'."
+            )
+        K = self.engine_.ensemble.n_outputs
+        labels = self.adapter_.label_map()
+        classes = labels.classes
+        if classes is not None:
+            index = int(labels.encode([output], "output")[0])
+            if K == 1:
+                if index != 1:
+                    raise InputError(
+                        f"A binary model has one margin, that of its positive class {classes[1]!r}: scores "
+                        f"for class {output!r} are those of {classes[1]!r} with the sign flipped. Pass "
+                        f"output={classes[1]!r} or leave it out."
+                    )
+                return None
+            return index
+        if not is_integer(output) or not 0 <= int(output) < K:
+            raise InputError(
+                f"output must be an output index in 0 .. {K - 1} ({labels.source} records no class labels), "
+                f"got {output!r}."
+            )
+        return None if K == 1 else int(output)
 
     def _chunk_size(
         self, engine: InfluenceEngine, n_scored: int, m: int, aggregate: str | None, use_reverse: bool

@@ -83,6 +83,21 @@ def test_prediction_scores_need_no_labels_and_fixed_base_differs(fitted: tuple) 
         np.testing.assert_allclose(P, P_fixed)
 
 
+def test_output_names_the_scored_margin_of_a_binary_model(fitted: tuple) -> None:
+    """A binary model has one margin, its positive class's: naming that class is the default, the
+    other class is refused with the sign rule, and output has no meaning for the loss."""
+    _library, model, X, y, X_test, y_test = fitted
+    ex = BoostingInfluence(model, progress=False).fit(X, y)
+    P = ex.score_training_points(X_test, on="prediction")
+    np.testing.assert_array_equal(ex.score_training_points(X_test, on="prediction", output=1), P)
+    with pytest.raises(InputError, match="sign flipped"):
+        ex.score_training_points(X_test, on="prediction", output=0)
+    with pytest.raises(InputError, match="not among the model's classes"):
+        ex.score_training_points(X_test, on="prediction", output=7)
+    with pytest.raises(InputError, match="on='prediction'"):
+        ex.score_training_points(X_test, y_test, output=1)
+
+
 def test_top_training_points_returns_a_sorted_table(fitted: tuple) -> None:
     _, model, X, y, X_test, y_test = fitted
     ex = BoostingInfluence(model, progress=False).fit(X, y)

@@ -172,6 +172,11 @@ def test_text_labels_with_a_catboost_file(tmp_path, capsys: pytest.CaptureFixtur
     args = [path, "--train", str(tmp_path / "train.csv"), "--label", "label", "--quiet"]
     assert main(["score", *args, "--test", str(tmp_path / "test.csv")]) == 0
     assert "Most harmful training rows" in capsys.readouterr().out
+    # --class names a class as the CSV spells it: the positive class's margin is the one scored.
+    prediction = [*args, "--test", str(tmp_path / "test.csv"), "--on", "prediction", "--top", "1"]
+    assert main(["score", *prediction, "--class", "yes"]) == 0
+    assert main(["score", *prediction, "--class", "maybe"]) == 2
+    assert "'maybe' is not a class of the model" in capsys.readouterr().err
 
 
 def test_version_and_help_for_every_option(capsys: pytest.CaptureFixture) -> None:
