@@ -58,7 +58,8 @@ class BoostingInfluence:
         Leaves updated per tree with ``update_set="top_k_leaves"`` (required then).
     base_score : {"refit", "fixed"}
         ``"refit"``: the initial margin moves as the booster would re-estimate it on the changed data
-        (boost_from_average); ``"fixed"``: it stays (what XGBoost's refresh and LightGBM's refit do).
+        (boost_from_average); ``"fixed"``: it stays. XGBoost's refresh and LightGBM's refit hold it
+        too, but agree with ``"fixed"`` only under conditions (see the user guide).
     progress : bool
         Show a progress bar for long computations.
     params : mapping, optional
