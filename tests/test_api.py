@@ -150,9 +150,13 @@ def test_errors_say_what_is_wrong(fitted: tuple) -> None:
     with pytest.raises(InputError, match="rows but y has"):
         ex.score_training_points(X_test, y_test[:-1])
     with pytest.raises(InputError, match="would hold"):
-        BoostingInfluence(model, progress=False, max_memory=100).fit(X, y).score_training_points(
-            X_test, y_test
-        )
+        ex.set_params(max_memory=100).score_training_points(X_test, y_test)
+    ex.set_params(max_memory=4e9)
+    # fit refuses before allocating: 32 bytes per (tree, row) of the leaf indices (measured ~25-27).
+    n_trees = BoostingInfluence(model, progress=False).fit(X, y).engine_.ensemble.n_trees
+    with pytest.raises(InputError, match=f"leaf indices of {n_trees} trees x {len(X)} rows"):
+        BoostingInfluence(model, progress=False, max_memory=31.0 * n_trees * len(X)).fit(X, y)
+    BoostingInfluence(model, progress=False, max_memory=33.0 * n_trees * len(X)).fit(X, y)
     for kwargs, match in (
         ({"method": "magic"}, "method"),
         ({"update_set": "top_k_leaves"}, "needs k"),
