@@ -14,7 +14,11 @@ next install. Here ``cache=True`` means: cache in
 3. else (no writable directory, e.g. a read-only HOME) nowhere: the kernels compile in memory at
    first use in each process, and nothing is written.
 
-Never into the package directory. :data:`CACHE_DIR` holds the choice made at import.
+Never into the package directory. :data:`CACHE_DIR` holds the choice made at import: a
+subdirectory named by a digest of the package's sources (:func:`source_digest`). numba checks a
+cached kernel only against its *own* file's timestamp, so a kernel that calls a function of
+another module (every kernel calls the losses) would otherwise keep running the old callee after
+that module changed (an upgrade, or an edit in a development install).
 
 No kernel uses numba's ``parallel=True`` layer (whose ``workqueue`` backend aborts the process when
 two Python threads enter parallel code at once): kernels release the GIL and the engine runs them
@@ -23,6 +27,7 @@ on its own threads, so several threads may score at the same time.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from collections.abc import Callable
@@ -49,7 +54,8 @@ def cache_dir() -> str | None:
     """The directory compiled kernels are cached in, or None when nothing is writable.
 
     ``$NUMBA_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/influence-gbdt`` or
-    ``~/.cache/influence-gbdt``; None if that directory cannot be written.
+    ``~/.cache/influence-gbdt``, each followed by ``/<source_digest()>``; None if that directory
+    cannot be written.
     """
     chosen = os.environ.get("NUMBA_CACHE_DIR")
     if not chosen:
@@ -57,8 +63,22 @@ def cache_dir() -> str | None:
         if base.startswith("~"):  # no home directory to expand to
             return None
         chosen = os.path.join(base, "influence-gbdt")
-    chosen = os.path.abspath(chosen)
+    chosen = os.path.join(os.path.abspath(chosen), source_digest())
     return chosen if _writable_dir(chosen) else None
+
+
+def source_digest() -> str:
+    """16 hex digits naming this version of the package's Python sources (names, sizes and
+    modification times of every ``.py`` file in the package directory, sub-packages included)."""
+    root = os.path.dirname(os.path.abspath(__file__))
+    digest = hashlib.sha256()
+    for folder, dirs, files in sorted(os.walk(root)):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(f for f in files if f.endswith(".py")):
+            path = os.path.join(folder, name)
+            stat = os.stat(path)
+            digest.update(f"{os.path.relpath(path, root)}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+    return digest.hexdigest()[:16]
 
 
 #: Where this process caches compiled kernels (None: in memory only).

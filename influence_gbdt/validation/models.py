@@ -23,7 +23,8 @@ def _library_of(model: Any) -> str:
 
 
 def raw_predict(model: Any, X: Any) -> NDArray[np.float64]:
-    """Raw margin of an XGBoost / LightGBM / CatBoost model on ``X``, shape (n,), float64."""
+    """Raw margin of an XGBoost / LightGBM / CatBoost model on ``X``, float64, shape (n,), or (n, K)
+    for a model with K outputs (classes, targets)."""
     lib = _library_of(model)
     if lib == "xgboost":
         import xgboost as xgb

@@ -30,7 +30,7 @@ class TrainingRecipe:
     library : {"xgboost", "lightgbm", "catboost"}
     params : mapping
         Native training parameters (``xgb.train`` params, ``lgb.train`` params, CatBoost ``CatBoost``
-        params). Loss must be binary log loss or squared error.
+        params), with any objective the adapters support (multiclass included).
     num_boost_round : int
         Number of boosting rounds (CatBoost: ``iterations``).
     seed : int
@@ -146,5 +146,6 @@ class TrainingRecipe:
     # -- native predictions --------------------------------------------------------------------
 
     def raw_predict(self, model: Any, X: Any) -> NDArray[np.float64]:
-        """The model's raw margin on ``X`` (the booster's own prediction), shape (n,)."""
+        """The model's raw margin on ``X`` (the booster's own prediction), shape (n,), or (n, K)
+        for a model with K outputs (classes, targets)."""
         return raw_predict(model, X)

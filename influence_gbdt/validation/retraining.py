@@ -29,9 +29,11 @@ class Retraining:
     model : the original model.
     X, y, sample_weight : its training data.
     X_test : test rows, shape (m, d).
-    y_test : array of shape (m,)
-        Test labels as the loss sees them (0/1 for log loss).
-    loss : {"logloss", "squared_error"}
+    y_test : array of shape (m,) or (m, K)
+        Test labels as the loss sees them (0/1 for log loss, the class index for multiclass, K
+        targets for multi-target regression).
+    loss : str or Loss
+        The model's loss (:class:`~influence_gbdt.losses.Loss` or its name).
     check_structure : bool
         Compare every retrained model's structure with the original's (:func:`structure_report`,
         with the original's leaves and splits computed once here).
