@@ -1,5 +1,27 @@
 """Adapter for LightGBM: ``lightgbm.Booster``, ``LGBMClassifier`` and ``LGBMRegressor``.
 
+Objectives (LightGBM 4.x; the mapping onto the engine's losses and LightGBM's init scores live in
+:mod:`.lightgbm_objectives`, whose table gives the details):
+
+========================================================  =========================================
+objective                                                 influence_gbdt
+========================================================  =========================================
+regression, huber, fair, poisson, gamma, tweedie,         exact (Newton leaves; the init score is
+binary (any sigmoid, is_unbalance, scale_pos_weight),     re-estimated without a row)
+cross_entropy (labels in [0, 1])
+regression_l1, quantile                                   exact: renewed leaves, LightGBM's (weighted)
+                                                          percentile; LeafInfluence differentiates
+                                                          it where it is linear (a.e.)
+multiclass (softmax), multiclassova                       exact, K trees per iteration, one output
+                                                          each; ova refused with label weights or
+                                                          sigmoid != 1 (per-output label weights)
+mape                                                      refused: its test loss carries a label
+                                                          weight 1 / max(1, |y|)
+cross_entropy_lambda                                      refused: weights enter non-linearly
+lambdarank, rank_xendcg                                   refused: per-query gradients
+custom (callable)                                         refused: gradients not in the model
+========================================================  =========================================
+
 What the adapter resolves (measured against LightGBM 4.7.0, see the project's LightGBM notes):
 
 - **which trees**: exactly those LightGBM's default ``predict`` uses: ``min(best_iteration,
@@ -15,18 +37,25 @@ What the adapter resolves (measured against LightGBM 4.7.0, see the project's Li
   shrinkage, with ``l2 = lambda_l2 + cat_l2`` for the two children of a many-vs-many categorical
   split (a categorical feature with more than ``max_cat_to_onehot`` bins), ``lambda_l2`` elsewhere;
   ``kEpsilon`` is the float literal ``1e-15f``;
-- boost_from_average: LightGBM computes the init score (logit of the weighted positive rate, or the
-  weighted label mean; float32 labels and weights, sequential sums), starts training from it and
-  adds it to every leaf of tree 0 (shrinkage 1) if ``|init| > kEpsilon``. The adapter takes it out of
-  tree 0 (``base_margin``, re-estimated on changed data: ``base_rule="mean"``) so that
+- boost_from_average: LightGBM computes the init score (per objective: the weighted label mean
+  through the objective's link, or a float32 percentile of the labels for L1 / quantile; float32
+  labels and weights, sequential sums), starts training from it and adds it to every leaf of tree 0
+  (shrinkage 1) if ``|init| > kEpsilon``. The adapter takes it out of
+  tree 0 (``base_margin``, re-estimated on changed data: ``base_rule="mean"`` or ``"quantile"``) so that
   ``init + leaf`` is bit for bit LightGBM's training margin, and gives tree 0 its learning rate;
 - labels, weights and every row's weighted gradient and hessian are float32 inside LightGBM
   (``float32_weights``, ``float32_gradients``);
-- class weights, binary models (each row's group is its class):
+- multiclass: tree ``it * K + k`` adds to class ``k``; all K trees of an iteration are fitted at
+  the margins before it (one round); the init score of each class is folded into its first tree;
+  labels are ``classes_`` of an ``LGBMClassifier`` (strings included) or the class indices of a raw
+  Booster; ``init_score`` has shape (n, K);
+- a weight vector of all ones is dropped by LightGBM's Python package: L1 / quantile percentiles
+  then take their unweighted definition;
+- class weights (each row's group is its class):
 
   * sklearn ``class_weight`` (``LGBMClassifier`` only) multiplies the sample weight in float64 before
     LightGBM stores it as float32, so it enters the init score: ``dataset_factor``. ``"balanced"``
-    is ``n / (2 * count_c)`` from row *counts*: deleting row ``i`` changes it
+    is ``n / (K * count_c)`` from row *counts*: deleting row ``i`` changes it
     (``dataset_factor_without``), a weight change does not; a dict is constant;
   * ``is_unbalance=True``: label weights from row *counts* (the larger class over the smaller one for
     the smaller class, 1 for the other), applied in the objective only, not in the init score:
@@ -54,14 +83,14 @@ from numpy.typing import ArrayLike, NDArray
 from influence_gbdt.engine import InfluenceEngine
 from influence_gbdt.ensemble import TreeEnsemble
 from influence_gbdt.errors import InputError, ReproductionError, UnsupportedModelError
+from influence_gbdt.labels import LabelMap
+from influence_gbdt.losses import Loss
+from influence_gbdt.tabular import n_rows
 
 from .base import BoosterAdapter, check_numeric_params
+from .lightgbm_objectives import K_EPSILON, Objective, label_weights, resolve
 
-#: LightGBM's kEpsilon, the float literal ``1e-15f`` (``include/LightGBM/meta.h``): it starts every
-#: leaf's hessian sum, clips the init score's positive rate and is the threshold for folding it in.
-K_EPSILON = float(np.float32(1e-15))
-
-_OBJECTIVES = {"binary": "logloss", "regression": "squared_error"}
+__all__ = ["K_EPSILON", "LightGBMAdapter"]
 #: Parameters that enter leaf values (the ones whose 6-digit print can spoil the self-check).
 _LEAF_PARAMS = ("learning_rate", "lambda_l1", "lambda_l2", "cat_l2", "max_delta_step", "scale_pos_weight")
 
@@ -148,23 +177,12 @@ def _header(model_str: str, key: str) -> str:
     return ""
 
 
-def _refuse_settings(p: Mapping[str, str], objective: str) -> None:
+def _refuse_settings(p: Mapping[str, str]) -> None:
     """Raise UnsupportedModelError for every setting whose leaf values cannot be reproduced."""
 
     def f(key: str, default: str = "0") -> float:
         return float(p.get(key, default) or default)
 
-    name, *options = objective.split(" ")
-    if name not in _OBJECTIVES or f("num_class", "1") > 1:
-        raise UnsupportedModelError(
-            f"LightGBM objective {objective!r} is not supported yet: only 'binary' and 'regression' "
-            "(squared error) are modelled. Retrain with one of them."
-        )
-    if "sqrt" in options or (name == "binary" and "sigmoid:1" not in options):
-        raise UnsupportedModelError(
-            f"LightGBM objective {objective!r}: reg_sqrt and sigmoid != 1 change the loss. Retrain with "
-            "reg_sqrt=False and sigmoid=1."
-        )
     refusals = [
         (
             p.get("boosting", "gbdt") != "gbdt",
@@ -214,7 +232,7 @@ class LightGBMAdapter(BoosterAdapter):
     Parameters
     ----------
     model : lightgbm.Booster, LGBMClassifier or LGBMRegressor
-        A trained model with objective ``binary`` or ``regression``.
+        A trained model with one of the objectives of :mod:`.lightgbm_objectives` marked exact.
     params : mapping, optional
         Exact values of training parameters (canonical names, as the model text lists them under
         ``parameters:``), e.g. the learning rate of a loaded model whose file printed it with 6
@@ -268,9 +286,9 @@ class LightGBMAdapter(BoosterAdapter):
             self._params[key] = str(int(value)) if isinstance(value, bool) else str(value)
             if _number(value) is not None:
                 self._exact[key] = float(value)
-        objective = _header(model_str, "objective")
-        _refuse_settings(self._params, objective)
-        self.loss = _OBJECTIVES[objective.split(" ")[0]]
+        self.objective: Objective = resolve(_header(model_str, "objective"), self._param, self._params)
+        _refuse_settings(self._params)
+        self.loss = self.objective.loss.name
         self._dump = booster.dump_model(num_iteration=self.n_iter)
 
     def _param(self, key: str, default: float = 0.0) -> float:
@@ -308,17 +326,17 @@ class LightGBMAdapter(BoosterAdapter):
             shrinkage.append(lr if rate in (lr, _six_digits(lr)) else rate)
         return values, l2s, np.asarray(shrinkage)
 
-    def _class_factors(self, y_raw: NDArray[Any], pos: NDArray[np.bool_], unit: bool) -> dict[str, Any]:
+    def _class_factors(self, y_raw: NDArray[Any], labels: NDArray[np.float64], unit: bool) -> dict[str, Any]:
         """The class weighting as :meth:`TreeEnsemble.build` arguments (see the module docstring):
         ``weight_group`` (n,), the factors (G,) and their deletion tables (n, G) or None. ``unit``:
         every user weight is 1, so the Dataset weight is the float32 class factor itself."""
-        n = pos.shape[0]
-        groups = pos.astype(np.int64) if self.loss == "logloss" else np.zeros(n, dtype=np.int64)
-        n_groups = int(groups.max()) + 1
+        groups, n_groups = self.objective.groups(labels)
+        n = groups.shape[0]
         out: dict[str, Any] = {"weight_group": groups, "dataset_factor": np.ones(n_groups)}
-        if self.loss != "logloss":
+        if n_groups == 1 and self.objective.name != "binary":
             return out
-        counts = np.bincount(groups, minlength=2).astype(np.float64)  # [negatives, positives]
+        n_classes = max(n_groups, 2)
+        counts = np.bincount(groups, minlength=n_classes).astype(np.float64)  # rows per class
         without = np.repeat(counts[None, :], n, axis=0)  # the counts after deleting row i
         without[np.arange(n), groups] -= 1.0
 
@@ -329,8 +347,8 @@ class LightGBMAdapter(BoosterAdapter):
                 # unit user weights the factors are given as LightGBM stores them (float32), so that
                 # sums rescaled from one factor to another stay exact.
                 rounding = _float32 if unit else np.asarray
-                out["dataset_factor"] = rounding(n / (2.0 * np.maximum(counts, 1.0)))[:n_groups]
-                factor_without = (n - 1) / (2.0 * np.maximum(without, 1.0))  # (a class without rows)
+                out["dataset_factor"] = rounding(n / (n_classes * np.maximum(counts, 1.0)))[:n_groups]
+                factor_without = (n - 1) / (n_classes * np.maximum(without, 1.0))  # (a class without rows)
                 out["dataset_factor_without"] = rounding(factor_without)[:, :n_groups]
             else:
                 from sklearn.utils.class_weight import compute_sample_weight
@@ -340,20 +358,36 @@ class LightGBMAdapter(BoosterAdapter):
                 factor[groups] = per_row  # constant within a class
                 out["dataset_factor"] = factor
 
+        # Label weights of the binary objective (multiclass softmax ignores them; multiclassova
+        # with them is refused).
         unbalance = self._params.get("is_unbalance") == "1"
         scale_pos = self._param("scale_pos_weight", 1.0)
-        if unbalance or scale_pos != 1.0:
-            out["objective_factor"] = _label_weights(counts[None, :], unbalance, scale_pos)[0, :n_groups]
+        if self.objective.name == "binary" and (unbalance or scale_pos != 1.0):
+            out["objective_factor"] = label_weights(counts[None, :], unbalance, scale_pos)[0, :n_groups]
             if unbalance:
-                out["objective_factor_without"] = _label_weights(without, unbalance, scale_pos)[:, :n_groups]
+                out["objective_factor_without"] = label_weights(without, unbalance, scale_pos)[:, :n_groups]
         return out
+
+    def label_map(self) -> LabelMap:
+        """A multiclass ``LGBMClassifier`` reads labels by its ``classes_``; a raw multiclass Booster
+        takes the class indices ``0 .. K - 1`` it was trained on; otherwise as
+        :meth:`BoosterAdapter.label_map` (binary and cross-entropy: 0/1 or [0, 1] targets)."""
+        if not self.objective.multiclass:
+            return super().label_map()
+        classes = getattr(self.model, "classes_", None)
+        name = type(self.model).__name__
+        if classes is not None:
+            return LabelMap(classes=tuple(classes), source=f"{name}.classes_")
+        return LabelMap(source=f"A raw LightGBM {name}")
 
     def _labels(self, y: ArrayLike) -> tuple[NDArray[Any], NDArray[np.float64]]:
         """(labels as given, labels as LightGBM trains on them, float32-rounded), shape (n,)."""
         y_raw = np.asarray(y).ravel()
-        labels = self.encode_labels(y).astype(np.float32).astype(np.float64)  # classes_ -> 0/1
-        if self.loss == "logloss" and not np.all((labels == 0) | (labels == 1)):
+        labels = self.encode_labels(y).astype(np.float32).astype(np.float64)  # classes_ -> 0 .. K-1
+        if self.objective.name == "binary" and not np.all((labels == 0) | (labels == 1)):
             raise InputError("LightGBM 'binary' labels must be 0 or 1.")
+        if self.objective.multiclass:
+            Loss("softmax", n_outputs=self.objective.n_classes).check_labels(labels, "class labels")
         return y_raw, labels
 
     def describe(
@@ -370,63 +404,78 @@ class LightGBMAdapter(BoosterAdapter):
         X : ndarray or DataFrame of shape (n, n_features)
             The training rows, in training order.
         y : array-like of shape (n,)
+            Labels (class labels as the classifier knows them, class indices 0 .. K-1 for a raw
+            multiclass Booster).
         sample_weight : array-like of shape (n,), optional
             The user's training weights (sklearn ``class_weight`` and ``is_unbalance`` /
             ``scale_pos_weight`` are applied on top, as LightGBM does).
-        init_score : array-like of shape (n,), optional
+        init_score : array-like of shape (n,) or (n, K), optional
             The init score passed to training, if any (then no boost_from_average took place).
         """
         leaf_index = self.leaf_indices(X)
-        n = leaf_index.shape[1]
+        T, n = leaf_index.shape
+        K = self.objective.n_classes
         y_raw, labels = self._labels(y)
         if labels.shape != (n,):
             raise InputError(f"y has {labels.size} labels for {n} rows of X.")
         user_w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, np.float64).ravel()
         if user_w.shape != (n,):
             raise InputError(f"sample_weight has shape {user_w.shape}, expected ({n},).")
-        classes = self._class_factors(y_raw, labels > 0, unit=bool(np.all(user_w == 1.0)))
+        classes = self._class_factors(y_raw, labels, unit=bool(np.all(user_w == 1.0)))
         offset = self.init_offset(X, init_score)
 
         values, l2, shrinkage = self._leaves()
         learning_rate = shrinkage.copy()
-        # A tree without a split (only ever tree 0, training stops there) is LightGBM's constant
-        # tree: its value is the init score, not a leaf step from the gradient sums (with float32
-        # gradients that step is ~1e-9, not 0). Learning rate 0 makes its modelled value exactly 0
-        # once the init score is taken out; the init score itself is base_margin.
+        # A tree without a split is LightGBM's constant tree: in the first iteration its value is
+        # the init score (a class that is not trained, or training stopped there), later 0; not a
+        # leaf step from the gradient sums (with float32 gradients that step is ~1e-9, not 0).
+        # Learning rate 0 makes its modelled value exactly 0 once the init score is taken out; the
+        # init score itself is base_margin.
         constant = np.array([v.size == 1 for v in values])
         lr = self._param("learning_rate", 0.1)
-        base, base_refit = 0.0, False
+        base, base_refit = np.zeros(K), False
+        given_w = user_w * classes["dataset_factor"][classes["weight_group"]]
+        # LightGBM's Python package drops a weight vector of all ones (Dataset.set_weight): the
+        # percentiles of L1 / quantile then take their unweighted definition.
+        weighted = not np.all(given_w == 1.0)
         if init_score is None and self._params.get("boost_from_average", "1") == "1":
             base_refit = True
-            factor = classes["dataset_factor"][classes["weight_group"]]
-            data_w = _float32(user_w * factor)  # LightGBM's Dataset weight
-            base = _boost_from_score(self.loss, labels, data_w)
-            if abs(base) > K_EPSILON:
-                if shrinkage[0] != 1.0 and lr != 1.0:
-                    raise InputError(
-                        "Tree 0 keeps its shrinkage, so no boost_from_average init score was folded in: "
-                        "the model was trained with an init_score. Pass the same init_score."
-                    )
-                values[0] = _unfold(values[0], base)
-                learning_rate[0] = lr
-            else:
-                base = 0.0
-        elif init_score is not None and shrinkage[0] == 1.0 and lr != 1.0:
+            data_w = _float32(given_w)  # LightGBM's Dataset weight
+            base = self.objective.init_score(labels, data_w, weighted)
+            folded = np.abs(base) > K_EPSILON  # LightGBM adds an init score only above kEpsilon
+            if np.any(folded & (shrinkage[:K] != 1.0)) and lr != 1.0:
+                raise InputError(
+                    "The first trees keep their shrinkage, so no boost_from_average init score was folded "
+                    "in: the model was trained with an init_score. Pass the same init_score."
+                )
+            for k in np.flatnonzero(folded):
+                values[k] = _unfold(values[k], base[k])
+                learning_rate[k] = lr
+            base = np.where(folded, base, 0.0)
+        elif init_score is not None and np.any(shrinkage[:K] == 1.0) and lr != 1.0:
             raise InputError(
-                "Tree 0 has shrinkage 1: LightGBM folded a boost_from_average init score into it, so the "
-                "model was trained without init_score. Call without init_score."
+                "A first tree has shrinkage 1: LightGBM folded a boost_from_average init score into it, "
+                "so the model was trained without init_score. Call without init_score."
             )
+        rule = self.objective.base_rule if base_refit else "fixed"
+        trees = np.arange(T)
         return TreeEnsemble.build(
             leaf_index=leaf_index,
             leaf_values=values,
             y=labels,
-            loss=self.loss,
+            loss=self.objective.loss,
+            tree_output=trees % K,
+            tree_round=trees // K,
             learning_rate=np.where(constant, 0.0, learning_rate),
             l2=l2,
             l1=self._param("lambda_l1"),
             max_delta_step=self._param("max_delta_step"),
+            renewed=self.objective.renewed,
+            quantile_alpha=self.objective.alpha,
+            quantile_method="lightgbm",
+            quantile_weighted=weighted,
             base_margin=base,
-            base_rule="mean" if base_refit else "fixed",
+            base_rule=rule,
             init_offset=offset,
             user_weight=user_w,
             float32_weights=True,
@@ -498,8 +547,27 @@ class LightGBMAdapter(BoosterAdapter):
             leaves = self.booster.predict(X, pred_leaf=True, num_iteration=self.n_iter)
         return np.ascontiguousarray(np.asarray(leaves, dtype=np.int32).reshape(-1, self.n_trees).T)
 
+    def init_offset(self, X: Any, init_score: ArrayLike | None = None) -> NDArray[np.float64]:
+        """Per-row offset of the initial margin: ``init_score`` of shape (n,), or (n, K) for a
+        multiclass model (LightGBM's flat class-major layout (n * K,) is accepted too)."""
+        K = self.objective.n_classes
+        if K == 1:
+            return super().init_offset(X, init_score)
+        n = n_rows(X)
+        if init_score is None:
+            return np.zeros((n, K))
+        offset = np.asarray(init_score, dtype=np.float64)
+        if offset.shape == (n * K,):
+            offset = offset.reshape(K, n).T
+        if offset.shape != (n, K):
+            raise InputError(
+                f"init_score of a {K}-class model must have shape ({n}, {K}), got {offset.shape}."
+            )
+        return offset
+
     def raw_predict(self, X: Any, init_score: ArrayLike | None = None) -> NDArray[np.float64]:
-        """LightGBM's ``raw_score=True`` prediction plus ``init_score``, ndarray of shape (n_rows,)."""
+        """LightGBM's ``raw_score=True`` prediction plus ``init_score``, ndarray of shape (n_rows,),
+        or (n_rows, K) for a multiclass model."""
         with self.reading():
             raw = np.asarray(self.booster.predict(X, raw_score=True, num_iteration=self.n_iter), np.float64)
         return raw + self.init_offset(X, init_score)
@@ -517,31 +585,6 @@ class LightGBMAdapter(BoosterAdapter):
 def _float32(values: ArrayLike) -> NDArray[np.float64]:
     """``values`` rounded to float32, as float64."""
     return np.asarray(values, dtype=np.float32).astype(np.float64)
-
-
-def _label_weights(counts: NDArray[np.float64], unbalance: bool, scale_pos: float) -> NDArray[np.float64]:
-    """LightGBM's binary label weights (``BinaryLogloss::Init``) for rows of class counts
-    ``[negatives, positives]``, shape (m, 2) -> (m, 2)."""
-    neg, pos = counts[:, 0], counts[:, 1]
-    out = np.ones_like(counts)
-    if unbalance:
-        both = (neg > 0) & (pos > 0)
-        safe_neg, safe_pos = np.maximum(neg, 1.0), np.maximum(pos, 1.0)
-        out[:, 0] = np.where(both & (pos > neg), pos / safe_neg, 1.0)
-        out[:, 1] = np.where(both & (pos <= neg), neg / safe_pos, 1.0)
-    out[:, 1] *= scale_pos
-    return out
-
-
-def _boost_from_score(loss: str, labels: NDArray[np.float64], w: NDArray[np.float64]) -> float:
-    """LightGBM's BoostFromScore on float32 ``labels`` and Dataset weights ``w`` (n,): the weighted
-    label mean, or for log loss the logit of the weighted positive rate clipped to kEpsilon, with the
-    sums taken sequentially in double as LightGBM does (label weights not included)."""
-    mean = float(np.cumsum(labels * w)[-1]) / float(np.cumsum(w)[-1])
-    if loss == "logloss":
-        mean = max(min(mean, 1.0 - K_EPSILON), K_EPSILON)
-        return math.log(mean / (1.0 - mean))
-    return mean
 
 
 def _unfold(stored: NDArray[np.float64], init: float) -> NDArray[np.float64]:

@@ -96,6 +96,8 @@ class BaseMargin:
             return np.zeros((idx.size, e.n_outputs))
         if e.base_rule == "quantile":
             q = quantile_without(*self._quantile_args(), np.ascontiguousarray(idx, dtype=np.int64))
+            if e.quantile_method == "lightgbm":  # BoostFromScore returns its percentile as float32
+                q = q.astype(np.float32).astype(np.float64)
             return (q - e.base_margin[0])[:, None]
         own = np.zeros((idx.size, e.n_groups))
         own[np.arange(idx.size), e.weight_group[idx]] = 1.0
