@@ -342,9 +342,10 @@ def test_refusals(data):
     shrink = cb.CatBoostRegressor(iterations=3, verbose=0, model_shrink_rate=0.1, thread_count=2).fit(X, yr)
     with pytest.raises(UnsupportedModelError, match="model_shrink_rate"):
         CatBoostAdapter(shrink)
-    mae = cb.CatBoostRegressor(iterations=3, verbose=0, loss_function="MAE", thread_count=2).fit(X, yr)
-    with pytest.raises(UnsupportedModelError, match=r"'MAE'.*Logloss"):
-        CatBoostAdapter(mae)
+    expectile = cb.CatBoostRegressor(iterations=3, verbose=0, loss_function="Expectile:alpha=0.3",
+                                     thread_count=2).fit(X, yr)
+    with pytest.raises(UnsupportedModelError, match=r"'Expectile' is not supported.*Supported: Logloss"):
+        CatBoostAdapter(expectile)
     mono = cb.CatBoostClassifier(
         iterations=3, verbose=0, monotone_constraints=[1, 0, 0, 0, 0], thread_count=2
     ).fit(X, yc)
