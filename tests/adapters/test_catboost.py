@@ -396,7 +396,7 @@ def test_reproduction_error_tells_rounding_from_other_data(data, monkeypatch):
     flipped[0] = 1 - flipped[0]
     with pytest.raises(ReproductionError, match=r"not reproduced .* 50 of 50 trees differ"):
         adapter.prepare(data[0], flipped)
-    monkeypatch.setattr(module, "_BACKTRACKING_OBJECTIVES", {})
+    monkeypatch.setattr(module.CatBoostObjective, "backtracking_objective", lambda self: "exact")
     with pytest.raises(ReproductionError, match=r"except for rounding: .* in \d+ of 50 trees .* near-ties"):
         adapter.prepare(data[0], y)
 
