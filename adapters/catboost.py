@@ -12,6 +12,12 @@ step itself with the same arithmetic (``backtracking_objective="fast_logloss"``,
 into ranges by the training thread count when 10,000 < N < 100,000; the model does not record it, so
 :meth:`CatBoostAdapter.prepare` finds it (``params={"thread_count": k}`` gives it directly).
 
+Objectives: Logloss, CrossEntropy, RMSE, Poisson, Tweedie, Huber, Quantile / MAE (Exact leaves),
+MultiClassOneVsAll, MultiRMSE and MultiClass with Gradient leaves are reproduced exactly; the
+table of what is refused and why is in :mod:`influence_gbdt.adapters.catboost_objectives`. A model
+with K outputs (classes, targets) is described as K engine trees per CatBoost tree, one per output,
+sharing its structure, in one round.
+
 What "without the row" means (LeafRefit)
 ----------------------------------------
 LeafRefit is CatBoost retrained with the row *deleted*, the tree structures fixed. That is not the
@@ -58,13 +64,12 @@ from influence_gbdt.engine import InfluenceEngine
 from influence_gbdt.ensemble import TreeEnsemble
 from influence_gbdt.errors import InputError, ReproductionError, UnsupportedModelError
 from influence_gbdt.labels import LabelMap
+from influence_gbdt.losses import Loss
 from influence_gbdt.tabular import n_rows
 
 from .base import BoosterAdapter
+from .catboost_objectives import CatBoostObjective, parse_objective
 
-_LOSSES = {"Logloss": "logloss", "RMSE": "squared_error"}
-#: How CatBoost computes the loss an AnyImprovement step must lower (its exp-space losses).
-_BACKTRACKING_OBJECTIVES = {"logloss": "fast_logloss"}
 #: Relative residual up to which every tree may differ by rounding alone (float32 epsilon ~1.2e-7;
 #: wrong data measured >= 5.8e-6, see ``rtol``).
 _FLOAT32_LEVEL = 1e-7
@@ -108,13 +113,8 @@ class CatBoostAdapter(BoosterAdapter):
         default = recorded if recorded > 0 else os.cpu_count() or 1
         self._threads = int(self.params.get("thread_count", default))
         p = self._p
-        loss = str(p.get("loss_function", "")).split(":")[0]
-        if loss not in _LOSSES:
-            raise UnsupportedModelError(
-                f"CatBoost loss_function {loss!r} is not supported: retrain with 'Logloss' or 'RMSE'."
-            )
-        self.loss = _LOSSES[loss]
-        method = p.get("leaf_estimation_method")
+        self.objective: CatBoostObjective = parse_objective(p)
+        self.loss = self.objective.loss
         backtracking = p.get("leaf_estimation_backtracking", "No")
         refusals = [
             (any(float(c) != 0 for c in _constraints(p)),
@@ -124,8 +124,6 @@ class CatBoostAdapter(BoosterAdapter):
              "posterior_sampling=True adds random noise to the leaves; retrain without it"),
             (float(p.get("model_shrink_rate", 0) or 0) > 0,
              "model_shrink_rate > 0 shrinks the model every iteration; retrain with model_shrink_rate=0"),
-            (method not in ("Newton", "Gradient"),
-             f"leaf_estimation_method={method!r} is not modelled; retrain with 'Newton' or 'Gradient'"),
             (backtracking not in ("No", "AnyImprovement"),
              f"leaf_estimation_backtracking={backtracking!r} is not modelled; use 'AnyImprovement' or 'No'"),
             ("OnlineCtr" in self._json_text(),
@@ -178,9 +176,25 @@ class CatBoostAdapter(BoosterAdapter):
             return X
         return catboost.Pool(X, cat_features=list(self.model.get_cat_feature_indices()) or None)
 
+    @property
+    def n_outputs(self) -> int:
+        """Entries of a leaf value: the classes or targets of a multi-output loss, else 1."""
+        return int(np.size(self.model.get_scale_and_bias()[1])) if self.objective.multi_output else 1
+
     def init_offset(self, X: Any, init_score: ArrayLike | None = None) -> NDArray[np.float64]:
-        """Per-row baseline, shape (n_rows,), rounded to float32 as CatBoost stores it."""
-        return _f32(super().init_offset(X, init_score))
+        """Per-row baseline, shape (n_rows,) or (n_rows, K) for K outputs, rounded to float32 as
+        CatBoost stores it."""
+        K = self.n_outputs
+        if K == 1:
+            return _f32(super().init_offset(X, init_score))
+        n = n_rows(X)
+        if init_score is None:
+            return np.zeros((n, K))
+        offset = np.asarray(init_score, dtype=np.float64)
+        if offset.shape != (n, K):
+            raise InputError(f"init_score must have shape ({n}, {K}) (one value per row and output), "
+                             f"got {offset.shape}.")
+        return _f32(offset)
 
     @property
     def hint(self) -> str:
@@ -195,13 +209,15 @@ class CatBoostAdapter(BoosterAdapter):
         return len(names), None if names == [str(i) for i in range(len(names))] else names
 
     def leaf_indices(self, X: Any) -> NDArray[np.int32]:
-        """Leaf of every row in every tree, ndarray of shape (n_trees, n_rows), int32."""
+        """Leaf of every row in every tree, ndarray of shape (n_trees * K, n_rows), int32: a
+        model with K outputs is described as K trees (one per output) per CatBoost tree."""
         with self.reading():
             leaves = self.model.calc_leaf_indexes(self._pool(X))
-        return np.ascontiguousarray(leaves.T, dtype=np.int32)
+        return np.ascontiguousarray(np.repeat(leaves.T, self.n_outputs, axis=0), dtype=np.int32)
 
     def raw_predict(self, X: Any, init_score: ArrayLike | None = None) -> NDArray[np.float64]:
-        """``RawFormulaVal`` prediction plus ``init_score`` (CatBoost's baseline), shape (n_rows,)."""
+        """``RawFormulaVal`` prediction plus ``init_score`` (CatBoost's baseline), shape (n_rows,) or
+        (n_rows, K)."""
         with self.reading():
             raw = np.asarray(self.model.predict(self._pool(X), prediction_type="RawFormulaVal"), np.float64)
         return raw + self.init_offset(X, init_score)
@@ -210,7 +226,9 @@ class CatBoostAdapter(BoosterAdapter):
         """As CatBoost reads labels: ``target_border`` binarizes numbers (label > border is class 1),
         else ``class_names`` lists the classes in class-index order (``class_names[1]`` is the class
         of ``predict_proba[:, 1]``); a regressor takes numbers."""
-        if self.loss != "logloss":
+        if self.objective.kind == "probability":
+            return LabelMap(binary=True, source=f"The CatBoost {self.objective.name} model")
+        if not self.objective.classifier:
             return LabelMap(source="CatBoost regressor")
         border = self._p.get("target_border")
         if border is not None:
@@ -221,7 +239,17 @@ class CatBoostAdapter(BoosterAdapter):
         return LabelMap(binary=True, source="The CatBoost model")
 
     def _labels(self, y: ArrayLike) -> NDArray[np.float64]:
-        """Labels as CatBoost trains on them (float32; classes as class indices), shape (n,)."""
+        """Labels as CatBoost trains on them (float32; classes as class indices), shape (n,), or
+        (n, K) for multi-target regression."""
+        if self.objective.kind == "multi_target":
+            arr = np.asarray(y)
+            if arr.ndim != 2 or arr.shape[1] != self.n_outputs:
+                raise InputError(f"y must have shape (n, {self.n_outputs}) for this {self.objective.name} "
+                                 f"model (one column per target), got {arr.shape}.")
+            try:
+                return _f32(arr.astype(np.float64))
+            except (TypeError, ValueError):
+                raise InputError("y must hold numeric targets for a MultiRMSE model.") from None
         return _f32(self.encode_labels(y))
 
     def describe(
@@ -241,12 +269,13 @@ class CatBoostAdapter(BoosterAdapter):
         """
         n = n_rows(X)
         labels = self._labels(y)
-        if labels.shape != (n,):
+        if labels.shape[0] != n:
             raise InputError(f"y must have one label per row of X ({n}), got shape {labels.shape}.")
         user_w = np.ones(n) if sample_weight is None else _f32(np.ravel(sample_weight))
         if user_w.shape != (n,):
             raise InputError(f"sample_weight must have shape ({n},), got {user_w.shape}.")
-        groups = labels.astype(np.int64) if self.loss == "logloss" else np.zeros(n, dtype=np.int64)
+        o, K = self.objective, self.n_outputs
+        groups = labels.astype(np.int64) if o.classifier else np.zeros(n, dtype=np.int64)
         class_weights, without = self._class_weights(groups, user_w)
         leaf_index = self.leaf_indices(X)
         if leaf_index.shape[1] != n:
@@ -254,23 +283,32 @@ class CatBoostAdapter(BoosterAdapter):
         counts = np.asarray(self.model.get_tree_leaf_counts(), dtype=np.int64)
         scale, bias = self.model.get_scale_and_bias()
         values = np.asarray(self.model.get_leaf_values(), dtype=np.float64) * float(scale)
-        offset = self.init_offset(X, init_score)
+        # A leaf holds K values (value index leaf * K + output): output k of CatBoost tree t is
+        # engine tree t * K + k, all K in one round.
+        per_tree = np.split(values, np.cumsum(counts * K)[:-1])
+        leaf_values = [v.reshape(-1, K)[:, k] for v in per_tree for k in range(K)]
         p = self._p
         lr = float(np.float32(p["learning_rate"]))
         l2_leaf_reg = float(np.float32(p["l2_leaf_reg"]))
         iterations = int(p.get("leaf_estimation_iterations", 1))
         backtracking = iterations > 1 and p.get("leaf_estimation_backtracking", "No") == "AnyImprovement"
+        from_average = bool(p.get("boost_from_average", False))
         return TreeEnsemble.build(
-            leaf_index=leaf_index, leaf_values=values, n_leaves=counts, loss=self.loss,
-            learning_rate=lr, newton=p["leaf_estimation_method"] == "Newton", l1=0.0, max_delta_step=0.0,
+            leaf_index=leaf_index, leaf_values=leaf_values, tree_output=np.tile(np.arange(K), counts.size),
+            tree_round=np.repeat(np.arange(counts.size), K),
+            loss=Loss(o.loss, n_outputs=K, params=o.params), learning_rate=lr,
+            newton=p["leaf_estimation_method"] == "Newton", l1=0.0, max_delta_step=0.0,
             l2=0.0, l2_per_mean_weight=l2_leaf_reg, step_scales=np.ones(iterations),
             backtracking=backtracking,
-            backtracking_objective=_BACKTRACKING_OBJECTIVES.get(self.loss, "exact") if backtracking
-            else "exact",
+            backtracking_objective=o.backtracking_objective() if backtracking else "exact",
             objective_threads=self._threads,
-            base_margin=float(bias), base_rule="mean" if p.get("boost_from_average", False) else "fixed",
-            init_offset=offset, y=labels, user_weight=user_w, weight_group=groups,
-            dataset_factor=class_weights, float32_weights=True, dataset_factor_without=without,
+            renewed=o.renewed, quantile_alpha=o.quantile_alpha, quantile_method="catboost",
+            quantile_weighted=sample_weight is not None, quantile_delta=o.quantile_delta,
+            base_margin=np.atleast_1d(np.asarray(bias, dtype=np.float64)),
+            base_rule=("quantile" if o.renewed else "mean") if from_average else "fixed",
+            init_offset=self.init_offset(X, init_score), y=labels, user_weight=user_w,
+            weight_group=groups, dataset_factor=class_weights, float32_weights=True,
+            dataset_factor_without=without, float32_l2=K > 1 and p["leaf_estimation_method"] == "Newton",
         )
 
     def _class_weights(
@@ -286,7 +324,7 @@ class CatBoostAdapter(BoosterAdapter):
             stored ones (the data is not the training data).
         """
         k = int(classes.max()) + 1
-        stored = self._p.get("class_weights") if self.loss == "logloss" else None
+        stored = self._p.get("class_weights") if self.objective.classifier else None
         if not stored:
             return np.ones(k), None
         weights = _f32(stored)[:k]

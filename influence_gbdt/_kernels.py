@@ -35,6 +35,14 @@ def max_leaves(tb: Tables) -> int:
 
 
 @_jit
+def l2_term(tb: Tables, t: int, mean_w: float) -> float:
+    """Tree ``t``'s L2 term per unit of the mean weight, ``l2m[t] * mean_w`` (float32 where
+    ``tb.f32l2``: CatBoost's multi-dimensional leaves store it in a float)."""
+    x = tb.l2m[t] * mean_w
+    return np.float64(np.float32(x)) if tb.f32l2 else x
+
+
+@_jit
 def leaf_step(G: float, H: float, lam: float, l1: float, mds: float) -> tuple[float, float, float]:
     """One leaf-estimation step and its partial derivatives.
 
@@ -189,7 +197,7 @@ def _replay_steps(
         base = tb.leaf_off[t]
         o = tb.sl_off[tb.step_ptr[t] + s]
         for lj in range(tb.leaf_off[t + 1] - base):
-            lam = tb.l2[base + lj] + tb.l2m[t] * mean_w
+            lam = tb.l2[base + lj] + l2_term(tb, t, mean_w)
             delta, rg, rd = leaf_step(tb.G[o + lj], tb.H[o + lj], lam, tb.l1[t], tb.mds[t])
             d[base + lj - rl0] = delta
             tb.RG[o + lj] = rg

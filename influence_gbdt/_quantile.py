@@ -80,11 +80,11 @@ def quantile(  # noqa: C901 -- one branch per booster definition
     if n == 0:
         return 0.0
     order[:] = np.argsort(r, kind="mergesort")
+    if method == QUANTILE_CATBOOST:  # its -/+ delta applies to a single row too
+        return _catboost(r, w, order, alpha, delta, sel, coef)
     if n == 1:
         sel[0], coef[0] = order[0], 1.0
         return r[order[0]]
-    if method == QUANTILE_CATBOOST:
-        return _catboost(r, w, order, alpha, delta, sel, coef)
     if method == QUANTILE_XGBOOST and not weighted:
         if alpha <= 1.0 / (n + 1):
             sel[0], coef[0] = order[0], 1.0

@@ -7,7 +7,16 @@ import numpy as np
 from numpy.typing import NDArray
 
 from . import _jit as numba
-from ._kernels import NONE, add_round, leaf_step, round_sizes, select_leaves, step_point, tree_objective
+from ._kernels import (
+    NONE,
+    add_round,
+    l2_term,
+    leaf_step,
+    round_sizes,
+    select_leaves,
+    step_point,
+    tree_objective,
+)
 from ._renew import refit_tree
 from ._tables import Tables
 from .losses import grad_hess, point, weighted
@@ -83,7 +92,7 @@ def _round_steps(
     rl0 = tb.leaf_off[tb.round_ptr[r]]
     for t in range(tb.round_ptr[r], tb.round_ptr[r + 1]):
         for gl in range(tb.leaf_off[t], tb.leaf_off[t + 1]):
-            lam = tb.l2[gl] + tb.l2m[t] * mean_w
+            lam = tb.l2[gl] + l2_term(tb, t, mean_w)
             d[gl - rl0] = leaf_step(Gs[gl - rl0], Hs[gl - rl0], lam, tb.l1[t], tb.mds[t])[0]
 
 

@@ -42,6 +42,7 @@ class Tables(NamedTuple):
     mds: NDArray[np.float64]  # (T,) max_delta_step, 0 = none
     l2: NDArray[np.float64]  # (n_total,)
     l2m: NDArray[np.float64]  # (T,) l2 per unit of mean weight
+    f32l2: bool  # round l2m * mean weight to float32
     n_steps: NDArray[np.int64]  # (T,) steps taken (backtracking trees: decided by the replay)
     scales: NDArray[np.float64]  # (T, S) accepted step scales (likewise)
     backtrack: NDArray[np.bool_]  # (T,)
@@ -117,7 +118,8 @@ def build_tables(e: TreeEnsemble, group_sums: bool) -> Tables:
     return Tables(
         leaf=e.leaf_index, leaf_off=e.leaf_offset, out=e.tree_output, round_ptr=round_ptr,
         newton=e.newton, lr=e.learning_rate, l1=e.l1, mds=e.max_delta_step, l2=e.l2,
-        l2m=e.l2_per_mean_weight, n_steps=e.n_steps.copy(), scales=scales, backtrack=e.backtracking,
+        l2m=e.l2_per_mean_weight, f32l2=e.float32_l2, n_steps=e.n_steps.copy(), scales=scales,
+        backtrack=e.backtracking,
         n_iter=e.n_iterations, renew=e.renewed, q_alpha=e.quantile_alpha,
         q_method=QUANTILE_METHODS[e.quantile_method], q_weighted=e.quantile_weighted,
         q_delta=e.quantile_delta, bt_obj=_FAST_OBJECTIVES[e.backtracking_objective],

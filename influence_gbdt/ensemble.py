@@ -24,7 +24,7 @@ starts at 0 and after each step ``s`` moves by ``step_scales[t, s] * delta[l]``:
     G = sum_{j in l} w[j] * g_c(y[j], A[j] + u[l])
     H = sum_{j in l} w[j] * h_c(y[j], A[j] + u[l])   if newton[t]   (Newton step)
         sum_{j in l} w[j]                            otherwise      (Gradient step)
-    lam = l2[leaf] + l2_per_mean_weight[t] * sum_j w[j] / n
+    lam = l2[leaf] + R(l2_per_mean_weight[t] * sum_j w[j] / n)   (R: float32 where float32_l2)
     delta = -sign(G) * max(|G| - l1[t], 0) / (H + lam), clipped to +-max_delta_step[t] if > 0,
             and 0 where H <= 0 (an empty leaf).
 
@@ -200,6 +200,9 @@ class TreeEnsemble:
     float32_gradients : bool
         Round each row's weighted gradient and hessian to float32 before the leaf sums, as
         LightGBM does (replay and refit only; derivatives for leaf_influence stay in float64).
+    float32_l2 : bool
+        Round the mean-weight L2 term ``l2_per_mean_weight * sum(w) / n`` to float32 (CatBoost's
+        multi-dimensional leaves; replay and refit only, the rounding is not differentiated).
     """
 
     leaf_index: NDArray[np.int32]
@@ -242,6 +245,7 @@ class TreeEnsemble:
     dataset_factor_derivative: NDArray[np.float64] | None
     objective_factor_derivative: NDArray[np.float64] | None
     float32_gradients: bool
+    float32_l2: bool
     leaf_offset: NDArray[np.int64] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -350,6 +354,7 @@ class TreeEnsemble:
         dataset_factor_derivative: ArrayLike | None = None,
         objective_factor_derivative: ArrayLike | None = None,
         float32_gradients: bool = False,
+        float32_l2: bool = False,
     ) -> TreeEnsemble:
         """Validate and normalize the description; scalars broadcast over trees, leaves or rows.
 
@@ -397,7 +402,7 @@ class TreeEnsemble:
         dataset_factor_without, objective_factor_without : (n, G), optional
         dataset_factor_derivative, objective_factor_derivative : (n, G), optional
             See the class attributes.
-        float32_gradients : bool
+        float32_gradients, float32_l2 : bool
 
         Raises
         ------
@@ -571,4 +576,5 @@ class TreeEnsemble:
             objective_factor_derivative=_optional_table(
                 "objective_factor_derivative", objective_factor_derivative, table),
             float32_gradients=bool(float32_gradients),
+            float32_l2=bool(float32_l2),
         )

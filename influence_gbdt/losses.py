@@ -33,6 +33,7 @@ name                loss (r = m - y; p = sigmoid or softmax)         booster hes
 ``gamma``           y e^-m + m - 1 - log y, y > 0                   y e^-m
 ``tweedie``         half Tweedie deviance, power rho in (1, 2)      d2L/dm2
 ``huber``           r^2/2 if |r| <= delta, else delta (|r| - delta/2)   1 inside, ``outside_hessian``
+                    (``closed`` = 0: |r| = delta counts as outside)
 ``pseudo_huber``    delta^2 (sqrt(1 + (r/delta)^2) - 1)             d2L/dm2
 ``fair``            c^2 (|r|/c - log(1 + |r|/c))                    d2L/dm2
 ``quantile``        ``scale`` * pinball_alpha(y - m)                1 (leaves are renewed)
@@ -76,7 +77,7 @@ _SPECS: dict[str, tuple[int, dict[str, float], bool, int | None]] = {
     "poisson": (POISSON, {"hessian_log_shift": 0.0}, False, 1),
     "gamma": (GAMMA, {}, False, 1),
     "tweedie": (TWEEDIE, {"power": 1.5}, False, 1),
-    "huber": (HUBER, {"delta": 1.0, "outside_hessian": 1.0}, False, 1),
+    "huber": (HUBER, {"delta": 1.0, "outside_hessian": 1.0, "closed": 1.0}, False, 1),
     "pseudo_huber": (PSEUDO_HUBER, {"delta": 1.0}, False, 1),
     "fair": (FAIR, {"c": 1.0}, False, 1),
     "quantile": (QUANTILE, {"alpha": 0.5, "scale": 1.0}, False, 1),
@@ -257,6 +258,7 @@ def _check_params(name: str, p: dict[str, float]) -> None:
         "scale": (lambda v: v > 0, "> 0"),
         "factor": (lambda v: v > 0, "> 0"),
         "outside_hessian": (lambda v: v >= 0, ">= 0"),
+        "closed": (lambda v: v in (0.0, 1.0), "0 or 1"),
         "hessian_log_shift": (lambda v: math.isfinite(v), "finite"),
     }
     for key, value in p.items():
@@ -356,7 +358,7 @@ def _scalar(
     r = z[0] - y
     if code == HUBER:
         delta = prm[1]
-        if abs(r) <= delta:
+        if abs(r) < delta or (abs(r) == delta and prm[3] > 0.0):
             return r, 1.0, 1.0, 0.0
         return math.copysign(delta, r), prm[2], 0.0, 0.0
     if code == PSEUDO_HUBER:

@@ -56,7 +56,7 @@ def derivs(loss: str, prm: dict, y: np.ndarray, m: np.ndarray, floor: float) -> 
         g, h = b - a, (2 - rho) * b - (1 - rho) * a
     elif loss == "huber":
         r, d = x - y1, prm["delta"]
-        inside = np.abs(r) <= d
+        inside = (np.abs(r) <= d) if prm.get("closed", 1.0) else (np.abs(r) < d)
         g, h = np.where(inside, r, d * np.sign(r)), np.where(inside, 1.0, prm.get("outside_hessian", 1.0))
     elif loss == "pseudo_huber":
         r, d = x - y1, prm["delta"]

@@ -342,9 +342,10 @@ def test_refusals(data):
     shrink = cb.CatBoostRegressor(iterations=3, verbose=0, model_shrink_rate=0.1, thread_count=2).fit(X, yr)
     with pytest.raises(UnsupportedModelError, match="model_shrink_rate"):
         CatBoostAdapter(shrink)
-    mae = cb.CatBoostRegressor(iterations=3, verbose=0, loss_function="MAE", thread_count=2).fit(X, yr)
-    with pytest.raises(UnsupportedModelError, match=r"'MAE'.*Logloss"):
-        CatBoostAdapter(mae)
+    expectile = cb.CatBoostRegressor(iterations=3, verbose=0, loss_function="Expectile:alpha=0.3",
+                                     thread_count=2).fit(X, yr)
+    with pytest.raises(UnsupportedModelError, match=r"'Expectile' is not supported.*Supported: Logloss"):
+        CatBoostAdapter(expectile)
     mono = cb.CatBoostClassifier(
         iterations=3, verbose=0, monotone_constraints=[1, 0, 0, 0, 0], thread_count=2
     ).fit(X, yc)
@@ -395,7 +396,7 @@ def test_reproduction_error_tells_rounding_from_other_data(data, monkeypatch):
     flipped[0] = 1 - flipped[0]
     with pytest.raises(ReproductionError, match=r"not reproduced .* 50 of 50 trees differ"):
         adapter.prepare(data[0], flipped)
-    monkeypatch.setattr(module, "_BACKTRACKING_OBJECTIVES", {})
+    monkeypatch.setattr(module.CatBoostObjective, "backtracking_objective", lambda self: "exact")
     with pytest.raises(ReproductionError, match=r"except for rounding: .* in \d+ of 50 trees .* near-ties"):
         adapter.prepare(data[0], y)
 
