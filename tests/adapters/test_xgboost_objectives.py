@@ -11,7 +11,7 @@ reg:absoluteerror, reg:quantileerror, multi:softprob / multi:softmax, multi-targ
   where both retrains keep the structure;
 * multiclass: reverse mode equals forward mode.
 
-Data: three features of 2, 5 and 3 levels (30 cells), 400 rows. Few distinct values keep XGBoost's
+Data: two features of 2 and 5 levels (10 cells), 400 rows. Few distinct values keep XGBoost's
 histogram cuts and most split choices when one row goes, so retraining keeps the structure for
 several rows (Assumption 1; on continuous features almost no row keeps it).
 
@@ -39,19 +39,19 @@ from influence_gbdt.errors import ReproductionError, UnsupportedModelError
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
-N, ROUNDS, EPS = 400, 12, 0.05
-PROBE = np.array([0, 1, 2, 3, 4, 5, 6, 7])
+N, ROUNDS, EPS = 400, 10, 0.05
+PROBE = np.arange(40)  # retraining these small models is cheap; about 1 in 5 keeps the structure
 
 
 @pytest.fixture(scope="module")
 def data() -> dict[str, np.ndarray]:
     rng = np.random.default_rng(3)
-    X = np.column_stack([rng.integers(0, 2, N), rng.integers(0, 5, N), rng.integers(0, 3, N)]).astype(float)
-    mu = np.exp(0.5 * X[:, 0] - 0.25 * X[:, 1] + 0.3 * X[:, 2])
-    reg = X[:, 0] + np.sin(X[:, 1]) - 0.4 * X[:, 2] + rng.normal(size=N)
+    X = np.column_stack([rng.integers(0, 2, N), rng.integers(0, 5, N)]).astype(float)
+    mu = np.exp(0.5 * X[:, 0] - 0.25 * X[:, 1])
+    reg = X[:, 0] + np.sin(X[:, 1]) + rng.normal(size=N)
     return {
         "X": X,
-        "Xt": np.array([[a, b, c] for a in range(2) for b in range(5) for c in range(3)], dtype=float),
+        "Xt": np.array([[a, b] for a in range(2) for b in range(5)], dtype=float),  # every cell
         "count": rng.poisson(mu).astype(float),
         "claims": rng.poisson(mu) * rng.gamma(2.0, 1.0, N),
         "positive": rng.gamma(2.0, mu / 2.0),
@@ -95,7 +95,7 @@ def _scores(engine: InfluenceEngine, method: str, test: TestPoints, rows, K: int
 @pytest.mark.parametrize("name", list(OBJECTIVES))
 def test_objective_reproduces_and_matches_retraining(data, name):
     extra, target, weighted = OBJECTIVES[name]
-    params = {"max_depth": 3, "eta": 0.3, **extra}
+    params = {"max_depth": 2, "eta": 0.3, **extra}
     X, Xt, y = data["X"], data["Xt"], data[target]
     w = data["w"] if weighted else None
     bst = train(params, X, y, w, ROUNDS)
@@ -126,10 +126,16 @@ def test_objective_reproduces_and_matches_retraining(data, name):
     assert len(kept) >= 2, f"only rows {PROBE[kept]} of {PROBE} keep the structure"
     assert max(np.abs(refit[r]).max() for r in kept) > 30 * tol  # a real comparison
 
-    if w is None and adapter.objective.renewed:
-        return  # any weight vector switches XGBoost to its weighted quantile: no finite differences
+    if adapter.objective.renewed:
+        # Renewed leaves are order statistics of residuals: without weights XGBoost has no weight to
+        # differentiate (any weight vector switches it to its weighted quantile), and with weights
+        # every leaf and the base are step functions of the weights, so the derivative is 0 almost
+        # everywhere (finite differences of retraining see only the steps they happen to cross).
+        if w is not None:
+            assert not np.any(_scores(engine, "leaf_influence", test, PROBE[:4], K))
+        return
     compared = 0
-    for r in sorted(kept, key=lambda r: -np.abs(refit[r]).max())[:2]:
+    for r in sorted(kept, key=lambda r: -np.abs(refit[r]).max())[:5]:
         i = PROBE[r]
         margins = []
         for sign in (1, -1):
@@ -144,6 +150,8 @@ def test_objective_reproduces_and_matches_retraining(data, name):
         influence = _scores(engine, "leaf_influence", test, [i], K)[0]
         np.testing.assert_allclose(influence, fd, rtol=0, atol=tol / EPS + EPS**2 * np.abs(fd).max())
         compared += 1
+        if compared == 2:
+            break
     assert compared >= 1
 
 
