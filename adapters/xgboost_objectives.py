@@ -188,8 +188,8 @@ def objective_from_config(config: dict[str, Any]) -> Objective:
         )
     if n_targets > 1 and name != "reg:squarederror":
         raise UnsupportedModelError(
-            f"XGBoost objective {name!r} with {n_targets} targets is not modelled (only squared error has "
-            "several targets here); train one model per target."
+            f"XGBoost objective {name!r} with {n_targets} outputs (targets or quantile alphas) is not "
+            "modelled (only squared error has several outputs here); train one model per target or alpha."
         )
     return _objective(name, obj, n_targets, int(model_param.get("num_class", "0")), "reg_loss_param" in obj)
 
