@@ -1,5 +1,33 @@
 """XGBoost adapter: a trained ``xgboost.Booster``, ``XGBClassifier`` or ``XGBRegressor`` -> TreeEnsemble.
 
+Objectives (XGBoost 3.x; the mapping lives in :mod:`.xgboost_objectives`, verified by
+tests/adapters/test_xgboost_objectives.py against XGBoost's predict and retraining):
+
+==============================================  ===========================================================
+objective                                       status
+==============================================  ===========================================================
+reg:squarederror (also K targets,               exact (one tree per output per round; multi_squared)
+one_output_per_tree)
+binary:logistic, reg:logistic, binary:logitraw  exact (logitraw: the label mean is the start margin)
+multi:softprob, multi:softmax                   exact (K trees per round, hessian 2 p (1 - p) floored at
+                                                1e-16, base = centred log class shares)
+count:poisson                                   exact (hessian e^(m + max_delta_step), leaf steps clipped
+                                                to +-max_delta_step, 0.7 by default)
+reg:tweedie, reg:gamma                          exact (log link)
+reg:pseudohubererror                            exact (huber_slope; base = one Newton step from 0)
+reg:absoluteerror, reg:quantileerror (1 alpha)  exact LeafRefit (renewed leaves = XGBoost's weighted
+                                                quantile); LeafInfluence is the a.e. derivative
+                                                (hist / approx only)
+multi_strategy="multi_output_tree"              refused: vector leaves, one tree for all outputs
+rank:*                                          refused: a row's gradient depends on its whole query
+                                                group and the current ranking
+survival:cox, survival:aft                      refused: censored labels and risk sets couple rows
+reg:squaredlogerror                             refused: hessian floor and margin clamp not modelled
+binary:hinge, custom objectives                 refused (custom: only the self-check can catch one)
+several quantile alphas / targets for a         refused: the engine renews single-output trees;
+non-squared-error objective                     train one model per alpha or target
+==============================================  ===========================================================
+
 What XGBoost does, and how it lands in the description (verified by the tests of this module):
 
 * **Which trees.** Exactly the trees the model's own ``predict`` uses. ``XGBClassifier`` /
@@ -54,11 +82,12 @@ from numpy.typing import ArrayLike, NDArray
 from influence_gbdt.engine import InfluenceEngine
 from influence_gbdt.ensemble import TreeEnsemble
 from influence_gbdt.errors import InputError, ReproductionError, UnsupportedModelError
+from influence_gbdt.labels import LabelMap
 from influence_gbdt.tabular import n_rows
 
 from .base import BoosterAdapter, check_numeric_params
+from .xgboost_objectives import RT_EPS, Objective, objective_from_config, rounding_units
 
-_LOSSES: dict[str, str] = {"binary:logistic": "logloss", "reg:squarederror": "squared_error"}
 #: Accepted ``params`` keys -> canonical name (XGBoost aliases included).
 _ALIASES: dict[str, str] = {
     "eta": "eta",
@@ -75,11 +104,6 @@ _ALIASES: dict[str, str] = {
     "base_score": "base_score",
     "missing": "missing",
 }
-_HESSIAN_FLOOR = 1e-16
-#: XGBoost's kRtEps (include/xgboost/base.h): the base-score clip of the logistic link, and how far
-#: scale_pos_weight must be from 1 for the Newton-step base estimate.
-_RT_EPS = 1e-6
-_EPS32 = float(np.finfo(np.float32).eps)
 #: A leaf within this many float32 rounding bounds (:func:`rounding_units`) is reproduced.
 ROUNDING_UNITS = 2.0
 _MEASURED_UNITS = 0.6
@@ -90,7 +114,7 @@ def _f32(value: Any) -> float:
 
 
 class XGBoostAdapter(BoosterAdapter):
-    """Adapter for single-output XGBoost tree models (``binary:logistic``, ``reg:squarederror``).
+    """Adapter for XGBoost tree models (objectives: module docstring).
 
     Parameters
     ----------
@@ -113,7 +137,7 @@ class XGBoostAdapter(BoosterAdapter):
     ------
     UnsupportedModelError
         Unfitted model, dart or gblinear booster, num_parallel_tree > 1, subsample < 1, monotone
-        constraints, or an objective other than binary:logistic / reg:squarederror.
+        constraints, or a refused objective (module docstring).
 
     Examples
     --------
@@ -151,11 +175,15 @@ class XGBoostAdapter(BoosterAdapter):
         spw = config["objective"].get("reg_loss_param", {}).get("scale_pos_weight", 1)
         self.scale_pos_weight = _f32(user.get("scale_pos_weight", spw))
         model_param = config["learner_model_param"]
-        base_score = np.float32(json.loads(model_param["base_score"])[0])
+        stored = np.asarray(json.loads(model_param["base_score"]), dtype=np.float32).ravel()
+        self.n_outputs = self.objective.loss.n_outputs
+        if stored.size != self.n_outputs:  # a single stored value is shared by every output
+            stored = np.broadcast_to(stored[:1], (self.n_outputs,))
         self.base_estimated = model_param["boost_from_average"] == "1" and "base_score" not in user
         #: The logistic estimate sits at XGBoost's clip (all labels one class): held fixed.
-        self._base_clipped = self.loss == "logloss" and not _RT_EPS < base_score < 1 - _RT_EPS
-        self.base_margin = _start_margin(base_score, self.loss)
+        self._base_clipped = self.objective.clipped(stored)
+        #: The start margin of every output, shape (K,).
+        self.base_margin: NDArray[np.float64] = self.objective.start_margin(stored)
         self._described_base = self.base_margin  # 0 once described with a per-row base margin
         self.n_rounds = _predicted_rounds(model, self.booster)
         self._leaf_map, self._node_offset, self._leaf_values, self._tree_rate = self._leaf_tables()
@@ -199,13 +227,15 @@ class XGBoostAdapter(BoosterAdapter):
                 )
                 + "Retrain with booster='gbtree'."
             )
-        objective = config["learner_train_param"]["objective"]
-        if objective not in _LOSSES:
+        self.objective: Objective = objective_from_config(config)
+        self.loss = self.objective.loss.name
+        updaters = config["gradient_booster"]["gbtree_train_param"]["updater_seq"]
+        if self.objective.renewed and "grow_colmaker" in updaters:
             raise UnsupportedModelError(
-                f"XGBoost objective {objective!r} is not supported yet: retrain with "
-                "objective='binary:logistic' or 'reg:squarederror'."
+                f"XGBoost {self.objective.name} trained with tree_method='exact': that updater keeps no row "
+                "positions, so XGBoost does not renew the leaves as quantiles and they are not modelled. "
+                "Retrain with tree_method='hist' (the default) or 'approx'."
             )
-        self.loss = _LOSSES[objective]
         gb = config["gradient_booster"]
         if gb["gbtree_model_param"]["num_parallel_tree"] != "1":
             raise UnsupportedModelError(
@@ -231,7 +261,12 @@ class XGBoostAdapter(BoosterAdapter):
         offsets, leaf values, and each tree's learning rate (0 for a root-only tree that stores 0
         because its hessian sum is below min_child_weight)."""
         model = json.loads(self.booster.save_raw("json"))["learner"]["gradient_booster"]["model"]
-        trees = model["trees"][: int(model["iteration_indptr"][self.n_rounds])]
+        n_trees = int(model["iteration_indptr"][self.n_rounds])
+        trees = model["trees"][:n_trees]
+        #: Output (class, target) and round of every explained tree, shape (n_trees,).
+        self._tree_output = np.asarray(model["tree_info"][:n_trees], dtype=np.int64)
+        indptr = np.asarray(model["iteration_indptr"][: self.n_rounds + 1], dtype=np.int64)
+        self._tree_round = np.repeat(np.arange(self.n_rounds), np.diff(indptr))
         maps, values, rates = [], [], []
         for tree in trees:  # one pass per tree (a few hundred nodes), never per row
             left = np.asarray(tree["left_children"], dtype=np.int64)
@@ -247,7 +282,7 @@ class XGBoostAdapter(BoosterAdapter):
             node_map[is_leaf] = np.arange(int(is_leaf.sum()))
             maps.append(node_map)
             values.append(np.asarray(tree["split_conditions"], dtype=np.float64)[is_leaf])
-            below = tree["sum_hessian"][0] < self.min_child_weight
+            below = tree["sum_hessian"][0] < self.min_child_weight and not self.objective.renewed
             rates.append(0.0 if left[0] == -1 and values[-1][0] == 0 and below else self.eta)
         offsets = np.concatenate([[0], np.cumsum([m.size for m in maps])[:-1]]).astype(np.int64)
         return np.concatenate(maps), offsets, values, np.asarray(rates)
@@ -292,22 +327,33 @@ class XGBoostAdapter(BoosterAdapter):
 
     def raw_predict(self, X: Any, init_score: ArrayLike | None = None) -> NDArray[np.float64]:
         """XGBoost's margin (``output_margin=True``) with the explained rounds, as the model's own
-        ``predict`` computes it, ndarray of shape (n_rows,)."""
-        margin = None if init_score is None else np.asarray(init_score, dtype=np.float32).ravel()
+        ``predict`` computes it, ndarray of shape (n_rows,), or (n_rows, K) for K outputs."""
+        margin = None if init_score is None else self._per_row_margin(X, init_score).astype(np.float32)
         out = self._predict(X, margin, output_margin=True, iteration_range=(0, self.n_rounds))
-        return np.asarray(out, dtype=np.float64).ravel()
+        out = np.asarray(out, dtype=np.float64).reshape(n_rows(X), -1)
+        return out[:, 0] if self.n_outputs == 1 else out
+
+    def _per_row_margin(self, X: Any, init_score: ArrayLike) -> NDArray[np.float64]:
+        """The user's per-row base margin, float32-rounded as XGBoost stores it, shape (n_rows, K)."""
+        n, K = n_rows(X), self.n_outputs
+        arr = np.asarray(init_score, dtype=np.float64)
+        if arr.size != n * K or (K > 1 and arr.shape != (n, K)):
+            shape = f"({n},)" if K == 1 else f"({n}, {K})"
+            raise InputError(f"init_score must have shape {shape} for this model, got {arr.shape}.")
+        return arr.reshape(n, K).astype(np.float32).astype(np.float64)
 
     def init_offset(self, X: Any, init_score: ArrayLike | None = None) -> NDArray[np.float64]:
-        """Offset of each row's initial margin from the description's ``base_margin``, shape (n_rows,).
+        """Offset of each row's initial margin from the description's ``base_margin``, shape (n_rows,),
+        or (n_rows, K) for K outputs.
 
         A per-row base margin replaces XGBoost's base score, so the offset is ``init_score`` minus the
         description's base margin (which is 0 when the model was described with a per-row base margin);
         rows without one start at the base score. The engine margin then equals :meth:`raw_predict`.
         """
-        base = self._described_base
-        if init_score is None:
-            return np.full(n_rows(X), self.base_margin - base)
-        return super().init_offset(X, np.float32(np.asarray(init_score, dtype=np.float64))) - base
+        start = (np.broadcast_to(self.base_margin, (n_rows(X), self.n_outputs)) if init_score is None
+                 else self._per_row_margin(X, init_score))
+        offset = start - np.asarray(self._described_base)[None, :]
+        return offset[:, 0] if self.n_outputs == 1 else np.ascontiguousarray(offset)
 
     @property
     def hint(self) -> str:
@@ -365,13 +411,14 @@ class XGBoostAdapter(BoosterAdapter):
         sample_weight: ArrayLike | None = None,
         init_score: ArrayLike | None = None,
     ) -> TreeEnsemble:
-        """Describe the model on its training data ``X`` (n rows), labels ``y`` of shape (n,).
+        """Describe the model on its training data ``X`` (n rows), labels ``y`` of shape (n,) (the
+        class labels for a classifier; shape (n, K) for K regression targets).
 
-        ``sample_weight`` (n,) are the user's weights; ``init_score`` (n,) the per-row base_margin
-        used in training, if any. No self-check: see :meth:`prepare`.
+        ``sample_weight`` (n,) are the user's weights; ``init_score`` (n,) or (n, K) the per-row
+        base_margin used in training, if any. No self-check: see :meth:`prepare`.
         """
         labels = np.asarray(self.encode_labels(y), dtype=np.float32).astype(np.float64)
-        n = labels.size
+        n = labels.shape[0]
         if n_rows(X) != n:
             raise InputError(f"X has {n_rows(X)} rows but y has {n}.")
         user_w = (
@@ -382,24 +429,32 @@ class XGBoostAdapter(BoosterAdapter):
         rule = self._base_rule(init_score)
         # scale_pos_weight: the factor of group 1 (label exactly 1). It enters the Newton-step base
         # estimate (a dataset factor) but not the weighted label mean (then an objective factor).
-        groups = (labels == 1.0).astype(np.int64)
+        spw = self.objective.spw_applies and labels.shape[1:] in ((), (1,))
+        groups = (labels.reshape(n, -1)[:, 0] == 1.0).astype(np.int64) if spw else np.zeros(n, np.int64)
         factor = np.array([1.0, self.scale_pos_weight])[: groups.max() + 1]
-        self._described_base = 0.0 if init_score is not None else self.base_margin
+        self._described_base = np.zeros(self.n_outputs) if init_score is not None else self.base_margin
         offset = None if init_score is None else self.init_offset(X, init_score)
+        obj = self.objective
         return TreeEnsemble.build(
             leaf_index=self.leaf_indices(X),
             leaf_values=self._leaf_values,
             y=labels,
-            loss=self.loss,
+            loss=obj.loss,
+            tree_output=self._tree_output,
+            tree_round=self._tree_round,
             learning_rate=self._tree_rate,
             newton=True,
             l2=self.reg_lambda,
             l1=self.reg_alpha,
             max_delta_step=self.max_delta_step,
-            hessian_floor=_HESSIAN_FLOOR if self.loss == "logloss" else 0.0,
+            renewed=obj.renewed,
+            quantile_alpha=obj.alpha,
+            quantile_method="xgboost",
+            quantile_weighted=sample_weight is not None,
             base_margin=self._described_base,
             base_rule=rule,
             base_anchor=0.0,
+            base_link=obj.base_link,
             init_offset=offset,
             user_weight=user_w,
             weight_group=groups,
@@ -412,44 +467,33 @@ class XGBoostAdapter(BoosterAdapter):
         """How a retrain would re-estimate the base score (module docstring)."""
         if not self.base_estimated or init_score is not None or self._base_clipped:
             return "fixed"
-        return "newton_step" if abs(self.scale_pos_weight - 1.0) > _RT_EPS else "mean"
+        if self.objective.estimated_rule == "mean" and abs(self.scale_pos_weight - 1.0) > RT_EPS:
+            return "newton_step"
+        return self.objective.estimated_rule
 
+    def label_map(self) -> LabelMap:
+        """Classes of a multiclass model: the scikit-learn model's ``classes_`` (XGBoost needs them
+        to be ``0 .. K-1``, so users label-encode string labels first), or ``0 .. K-1`` for a
+        Booster; the base class's rule otherwise."""
+        if self.loss != "softmax":
+            return super().label_map()
+        classes = getattr(self.model, "classes_", None)
+        if classes is not None:
+            return LabelMap(classes=tuple(classes), source=f"{type(self.model).__name__}.classes_")
+        return LabelMap(classes=tuple(range(self.n_outputs)), source="A raw xgboost Booster (classes 0..K-1)")
 
-def rounding_units(engine: InfluenceEngine) -> NDArray[np.float64]:
-    """Each tree's worst leaf residual in units of that leaf's float32 rounding bound, shape (n_trees,).
-
-    XGBoost computes each row's gradient from float32 margins, in float32 (``g = f32(p) - y``), and
-    sums in double; the engine works in float64 from the exact sums of the stored leaves. A leaf's
-    difference is bounded by ``eta * (eps32 * sum w (|p| + |y|) + sum w h dm) / (H + lambda) +
-    |leaf| * (eps32 + sum w h dm / (H + lambda))`` over its rows (``p`` the prediction, ``h`` the
-    hessian, ``dm <= t * eps32 / 2 * max|margin|`` XGBoost's float32 margin rounding after ``t``
-    trees). Rows sharing one margin round alike, so the residual grows with them: 1.4e-5 relative
-    on 20,000 rows of rounded features, every leaf still below 0.6 of its bound.
-    """
-    e = engine.ensemble
-    y, w = e.y[:, 0], e.sample_weight
-    margin = e.init_offset[:, 0] + e.base_margin[0]
-    drift = np.zeros(e.n_rows)  # bound on |XGBoost's float32 margin - the exact sum|
-    diff = np.abs(engine.leaf_values - e.leaf_values)
-    out = np.zeros(e.n_trees)
-    for t in range(e.n_trees):
-        rows, k = e.leaf_index[t], int(e.n_leaves[t])
-        lo, hi = e.leaf_offset[t], e.leaf_offset[t + 1]
-        stored = e.leaf_values[lo:hi]
-        if e.loss.name == "logloss":
-            pred = 1.0 / (1.0 + np.exp(-margin))
-            h = np.maximum(pred * (1.0 - pred), _HESSIAN_FLOOR)
-        else:
-            pred, h = margin, np.ones(e.n_rows)
-        den = np.bincount(rows, w * h, k) + e.l2[lo:hi]
-        gradient = _EPS32 * np.bincount(rows, w * (np.abs(pred) + np.abs(y)), k)
-        shift = np.bincount(rows, w * h * drift, k)
-        bound = e.learning_rate[t] * (gradient + shift) / den + np.abs(stored) * (_EPS32 + shift / den)
-        d = diff[lo:hi]
-        out[t] = np.max(np.where(d > 0, d / np.maximum(bound, np.finfo(float).tiny), 0.0))
-        margin = margin + stored[rows]
-        drift += _EPS32 / 2 * np.abs(margin)
-    return out
+    def encode_labels(self, y: ArrayLike) -> NDArray[np.float64]:
+        """Labels as the loss sees them: shape (n, K) numbers for K regression targets, else as
+        :meth:`BoosterAdapter.encode_labels`."""
+        if self.loss != "multi_squared":
+            return super().encode_labels(y)
+        arr = np.asarray(y, dtype=np.float64)
+        if arr.ndim != 2 or arr.shape[1] != self.n_outputs:
+            raise InputError(
+                f"y must have shape (n, {self.n_outputs}) for this {self.n_outputs}-target model, "
+                f"got {arr.shape}."
+            )
+        return arr
 
 
 def _predicted_rounds(model: Any, booster: xgb.Booster) -> int:
@@ -460,16 +504,6 @@ def _predicted_rounds(model: Any, booster: xgb.Booster) -> int:
     if isinstance(model, xgb.XGBModel) and best is not None:
         return min(int(best) + 1, rounds)
     return rounds
-
-
-def _start_margin(base_score: np.float32, loss: str) -> float:
-    """The margin XGBoost starts from: ``-logf(1 / b - 1)`` with ``b`` clipped to ``[1e-6, 1 - 1e-6]``
-    for the logistic link (``LogisticRegression::ProbToMargin``, float32), the stored value else."""
-    if loss != "logloss":
-        return float(base_score)
-    one = np.float32(1.0)
-    b = np.clip(base_score, np.float32(_RT_EPS), one - np.float32(_RT_EPS))
-    return float(-np.log(one / b - one))
 
 
 def _has_constraint(value: Any) -> bool:

@@ -27,6 +27,7 @@ import pytest
 import xgboost as xgb
 from influence_gbdt.adapters import adapter_for
 from influence_gbdt.adapters.xgboost import XGBoostAdapter, rounding_units
+from xgboost_helpers import margin_tol
 
 from influence_gbdt.engine import TestPoints
 from influence_gbdt.errors import InputError, ReproductionError, UnsupportedModelError
@@ -227,13 +228,13 @@ def test_reloaded_model_needs_params(data, tmp_path):
         ({"booster": "gblinear"}, "booster='gblinear'"),
         ({"monotone_constraints": "(1,0,0,0,0,-1)"}, "monotone_constraints"),
         ({"num_parallel_tree": 3}, "num_parallel_tree"),
-        ({"objective": "reg:absoluteerror"}, "'reg:absoluteerror' is not supported yet"),
-        ({"objective": "multi:softprob", "num_class": 3}, "'multi:softprob' is not supported yet"),
+        ({"objective": "reg:squaredlogerror"}, "'reg:squaredlogerror' is not supported: its hessian floor"),
+        ({"objective": "binary:hinge"}, "'binary:hinge' is not supported"),
     ],
 )
 def test_unsupported_settings_are_refused(data, params, match):
     X = data["X"][:200]
-    y = np.arange(200) % 3 if "num_class" in params else data["binary"][:200]
+    y = data["binary"][:200]
     bst = _train({"objective": "binary:logistic", "max_depth": 2, **params}, X, y, rounds=2)
     with pytest.raises(UnsupportedModelError, match=match):
         XGBoostAdapter(bst)
@@ -276,20 +277,14 @@ def test_sklearn_missing_value_is_the_one_prediction_uses(data):
 # float32 leaves into a float32 margin: each addition rounds by up to eps32 / 2 * |margin| (sd about
 # eps32 * |margin| / sqrt(12)), so a margin carries sqrt(T) * 0.3 * eps32 * max|margin| of noise; a
 # score compares two such margins plus the engine's leaves, which differ from XGBoost's by the
-# self-check residual (float64 vs float32 gradients, the same order). ``_margin_tol`` is 4 sqrt(T)
+# self-check residual (float64 vs float32 gradients, the same order). ``margin_tol`` is 4 sqrt(T)
 # eps32 max(1, max|margin|), about 10 sd: 2.4e-5 for 100 trees and margins of 5. Measured: at most
 # 3.1e-6 (100 trees) and 6.8e-7 (14 trees), while the compared scores reach 1e-2 to 1e-1.
 # Finite differences with weight 1 +- EPS: the margin tolerance over 2 EPS (twice, divided by 2 EPS)
 # plus the central-difference truncation O(EPS^2) relative; measured at most 3.3e-5 against
 # derivatives of 1e-2 to 4e-2.
-EPS32 = float(np.finfo(np.float32).eps)
 EPS = 0.05
 N_USER = 400
-
-
-def _margin_tol(n_trees: int, *margins: np.ndarray) -> float:
-    scale = max(1.0, *(float(np.abs(m).max()) for m in margins))
-    return 4.0 * np.sqrt(n_trees) * EPS32 * scale
 
 
 @pytest.fixture(scope="module")
@@ -366,7 +361,7 @@ def test_user_models_explain_predict_and_match_retraining(cells, name):
     else:
         assert n_rounds == booster.num_boosted_rounds() == (model.n_estimators or 100)
     f_train, f_test = model.predict(X, output_margin=True), model.predict(Xt, output_margin=True)
-    tol = _margin_tol(n_rounds, f_train, f_test)
+    tol = margin_tol(n_rounds, f_train, f_test)
     test = TestPoints(leaf_index=adapter.leaf_indices(Xt), offset=adapter.init_offset(Xt))
     np.testing.assert_allclose(engine.train_margin, f_train, rtol=0, atol=tol)
     np.testing.assert_allclose(engine.predict_margin(test), f_test, rtol=0, atol=tol)
@@ -382,7 +377,7 @@ def test_user_models_explain_predict_and_match_retraining(cells, name):
             continue
         kept.append(r)
         f_without = retrained.predict(Xt, output_margin=True)
-        atol = _margin_tol(n_rounds, f_test, f_without)
+        atol = margin_tol(n_rounds, f_test, f_without)
         np.testing.assert_allclose(refit[r], f_test - f_without, rtol=0, atol=atol)
         assert np.abs(refit[r]).max() > 100 * tol  # a real comparison, not two roundings
     assert len(kept) >= 2, f"only rows {probe[kept]} of {probe} keep the structure"
@@ -444,7 +439,7 @@ def test_early_stopping_explains_the_rounds_predict_uses(cells, tmp_path):
         engine = adapter.prepare(X, y)
         assert engine.ensemble.n_trees == rounds
         f_train, f_test = margin(X), margin(Xt)
-        tol = _margin_tol(rounds, f_train, f_test)
+        tol = margin_tol(rounds, f_train, f_test)
         np.testing.assert_allclose(engine.train_margin, f_train, rtol=0, atol=tol)
         test = TestPoints(leaf_index=adapter.leaf_indices(Xt), offset=adapter.init_offset(Xt))
         np.testing.assert_allclose(engine.predict_margin(test), f_test, rtol=0, atol=tol)

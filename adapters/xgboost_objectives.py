@@ -1,0 +1,332 @@
+"""XGBoost objective name -> the engine's loss, base-score rule and leaf rule (XGBoost 3.x), and
+the float32 rounding bound of the self-check for each loss (:func:`rounding_units`).
+
+Each supported objective maps onto one :class:`~influence_gbdt.losses.Loss` whose gradient and
+hessian are XGBoost's, term for term (src/objective/*.cu at v3.2.0, measured against stored
+leaves; project notes xgboost-facts Q3 to Q6):
+
+=========================  ===================================  =====================================
+objective                  loss (parameters)                    base score: stored -> start margin;
+                                                                re-estimated by a retrain as
+=========================  ===================================  =====================================
+reg:squarederror           squared_error                        b; weighted label mean
+  (K targets, one tree     multi_squared (K)                    b_k; per-column weighted mean
+  per output)
+binary:logistic,           logloss, hessian floor 1e-16         logit(clip(b)); weighted mean (spw 1)
+reg:logistic                                                    or one Newton step from 0 (spw != 1)
+binary:logitraw            logloss, hessian floor 1e-16         b itself (the mean is used as a
+                                                                margin); mean, or Newton step
+count:poisson              poisson (hessian_log_shift = the     log(b); weighted mean, log link
+                           objective's max_delta_step, 0.7)
+reg:tweedie                tweedie (power =                     log(b); weighted mean, log link
+                           tweedie_variance_power)
+reg:gamma                  gamma                                log(b); weighted mean, log link
+reg:pseudohubererror       pseudo_huber (delta = huber_slope)   b; one Newton step from 0
+reg:absoluteerror          quantile (alpha 0.5), renewed        b; XGBoost's (weighted) median
+reg:quantileerror          quantile (alpha), renewed            b; XGBoost's (weighted) quantile
+multi:softprob,            softmax (factor 2), hessian floor    b_k (margin space); weighted class
+multi:softmax              1e-16                                shares, log(p + 1e-6) centred
+=========================  ===================================  =====================================
+
+XGBoost's multiclass hessian is ``max(2 p_k (1 - p_k) w, 1e-16)`` (multiclass_obj.cu
+``GetGradient``): the factor 2 is the loss's ``factor``; the floor comes after the weight in XGBoost
+and before it in the engine, which differs only for rows of weight 0 (1e-16 in H). For
+``count:poisson`` the objective's ``max_delta_step`` (0.7 unless set) shifts the hessian to
+``e^(m + max_delta_step)`` and is *also* injected as the trees' ``max_delta_step`` (learner.cc), so
+leaf steps are clipped to +-0.7; the adapter reads the tree parameter from the model's config.
+
+Renewed leaves (absolute and quantile error, hist and approx): the tree is grown with pinball
+gradients, then each leaf becomes ``eta * Q_alpha(y - m)`` over its rows, XGBoost's quantile
+definition (``quantile_method="xgboost"``: the (n + 1) interpolation without weights, a step
+function of the float32 cumulative weight with weights; *any* weight vector, even all ones, takes
+the weighted path). tree_method="exact" does not renew (its updater keeps no row positions) and is
+refused for these objectives.
+
+Refused, by name: ``multi_strategy="multi_output_tree"`` (vector leaves), ``rank:*`` (a row's
+gradient depends on every row of its query group and on the ranking itself; see docs), survival
+objectives, ``reg:squaredlogerror`` (its hessian floor and margin clamp are not in the engine's
+loss table), ``binary:hinge``, several quantile alphas or several targets for a renewed or
+log-link objective (the engine renews single-output trees), and ``scale_pos_weight != 1`` outside
+the logistic and squared-error objectives.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from influence_gbdt.engine import InfluenceEngine
+from influence_gbdt.errors import UnsupportedModelError
+from influence_gbdt.losses import Loss
+
+#: XGBoost's kRtEps (include/xgboost/base.h): the logistic base-score clip.
+RT_EPS = 1e-6
+_EPS32 = float(np.finfo(np.float32).eps)
+#: The logistic and softmax hessian floor (regression_loss.h, multiclass_obj.cu).
+HESSIAN_FLOOR = 1e-16
+_LOGISTIC = ("binary:logistic", "reg:logistic")
+_LOG_LINK = ("count:poisson", "reg:tweedie", "reg:gamma")
+_RENEWED = ("reg:absoluteerror", "reg:quantileerror")
+_MULTICLASS = ("multi:softprob", "multi:softmax")
+SUPPORTED: tuple[str, ...] = (
+    "reg:squarederror", *_LOGISTIC, "binary:logitraw", *_LOG_LINK, "reg:pseudohubererror", *_RENEWED,
+    *_MULTICLASS,
+)
+#: Refused objectives (prefix or name) -> why.
+_REFUSED: dict[str, str] = {
+    "rank:": "a row's ranking gradient depends on every row of its query group and on the current "
+    "ranking (pairs are chosen by rank), so it has no fixed-structure per-row form; train a pointwise "
+    "objective or see docs/ for the design note",
+    "survival:": "survival objectives (cox, aft) use interval or censored labels and risk sets that "
+    "couple rows, which the engine's per-row losses do not model",
+    "reg:squaredlogerror": "its hessian floor max(h, 1e-6) and margin clamp max(m, -1 + 1e-6) are not in "
+    "the engine's loss table; retrain with reg:squarederror on log1p(y)",
+    "binary:hinge": "its gradient is piecewise constant with a zero hessian region; not modelled",
+}
+
+
+@dataclass(frozen=True)
+class Objective:
+    """One XGBoost objective as the engine models it.
+
+    Attributes
+    ----------
+    name : str
+        XGBoost's objective name.
+    loss : Loss
+        The engine's loss (parameters and hessian floor included).
+    estimated_rule : {"mean", "newton_step", "quantile"}
+        How XGBoost estimates the base score (when it estimated it), before the spw exception.
+    base_link : str
+        Link of the ``"mean"`` rule.
+    renewed : bool
+        Leaves are renewed quantiles of residuals.
+    spw_applies : bool
+        ``scale_pos_weight`` multiplies label-1 rows' weights (XGBoost's ``reg_loss_param``).
+    """
+
+    name: str
+    loss: Loss
+    estimated_rule: str
+    base_link: str
+    renewed: bool
+    spw_applies: bool
+
+    @property
+    def alpha(self) -> float:
+        """The quantile level of a renewed objective (0.5 for absolute error)."""
+        return float(self.loss.params.get("alpha", 0.5))
+
+    def start_margin(self, stored: np.ndarray) -> np.ndarray:
+        """The margin XGBoost starts from given the stored base score(s) (float32), shape (K,).
+
+        ``ProbToMargin``: ``-logf(1 / b - 1)`` with ``b`` clipped to ``[1e-6, 1 - 1e-6]`` for the
+        logistic link, ``logf(b)`` for the log link, the stored value else (also for logitraw and for
+        multiclass, whose base score is already a margin).
+        """
+        b = np.asarray(stored, dtype=np.float32)
+        one = np.float32(1.0)
+        if self.name in _LOGISTIC:
+            b = np.clip(b, np.float32(RT_EPS), one - np.float32(RT_EPS))
+            return (-np.log(one / b - one)).astype(np.float64)
+        if self.name in _LOG_LINK:
+            return np.log(b).astype(np.float64)
+        return b.astype(np.float64)
+
+    def clipped(self, stored: np.ndarray) -> bool:
+        """Whether a logistic base estimate sits at XGBoost's clip (all labels of one class)."""
+        b = np.asarray(stored, dtype=np.float32)
+        return self.name in _LOGISTIC and not bool(np.all((RT_EPS < b) & (b < 1 - RT_EPS)))
+
+
+def _param(section: dict[str, Any], key: str, default: float) -> float:
+    return float(section.get(key, default))
+
+
+def _refusal(name: str) -> str | None:
+    for key, why in _REFUSED.items():
+        if name == key or (key.endswith(":") and name.startswith(key)):
+            return why
+    return None
+
+
+def objective_from_config(config: dict[str, Any]) -> Objective:
+    """The :class:`Objective` of a model from its ``save_config()['learner']``.
+
+    Raises
+    ------
+    UnsupportedModelError
+        For an objective or setting refused above, naming why.
+    """
+    obj = config["objective"]
+    name = str(obj["name"])
+    why = _refusal(name)
+    if why is not None:
+        raise UnsupportedModelError(f"XGBoost objective {name!r} is not supported: {why}.")
+    if name not in SUPPORTED:
+        raise UnsupportedModelError(
+            f"XGBoost objective {name!r} is not supported: retrain with one of {sorted(SUPPORTED)}."
+        )
+    model_param = config["learner_model_param"]
+    n_targets = max(int(model_param.get("num_target", "1")), 1)
+    strategy = config["learner_train_param"].get("multi_strategy", "one_output_per_tree")
+    if strategy != "one_output_per_tree" and (n_targets > 1 or name in _MULTICLASS):
+        raise UnsupportedModelError(
+            f"XGBoost model trained with multi_strategy={strategy!r}: its vector leaves are one tree "
+            "for all outputs, which the engine does not model. Retrain with "
+            "multi_strategy='one_output_per_tree' (the default)."
+        )
+    spw = _param(obj.get("reg_loss_param", {}), "scale_pos_weight", 1.0)
+    if abs(spw - 1.0) > RT_EPS and name not in (*_LOGISTIC, "binary:logitraw", "reg:squarederror"):
+        raise UnsupportedModelError(
+            f"XGBoost objective {name!r} with scale_pos_weight={spw:g} is not modelled (its base-score "
+            "estimate then differs); retrain with scale_pos_weight=1 or pass class weights as sample weights."
+        )
+    if n_targets > 1 and name != "reg:squarederror":
+        raise UnsupportedModelError(
+            f"XGBoost objective {name!r} with {n_targets} outputs (targets or quantile alphas) is not "
+            "modelled (only squared error has several outputs here); train one model per target or alpha."
+        )
+    return _objective(name, obj, n_targets, int(model_param.get("num_class", "0")), "reg_loss_param" in obj)
+
+
+def _objective(name: str, obj: dict[str, Any], n_targets: int, n_class: int, spw: bool) -> Objective:
+    if name in _MULTICLASS:
+        loss = Loss("softmax", HESSIAN_FLOOR, n_class, {"factor": 2.0})
+        return Objective(name, loss, "mean", "log_share_centered", False, False)
+    if name == "reg:squarederror":
+        loss = Loss("multi_squared", 0.0, n_targets) if n_targets > 1 else Loss("squared_error")
+        return Objective(name, loss, "mean", "identity", False, spw)
+    if name in (*_LOGISTIC, "binary:logitraw"):
+        link = "identity" if name == "binary:logitraw" else "logit"
+        return Objective(name, Loss("logloss", HESSIAN_FLOOR), "mean", link, False, spw)
+    if name == "count:poisson":
+        shift = _param(obj["poisson_regression_param"], "max_delta_step", 0.7)
+        loss = Loss("poisson", params={"hessian_log_shift": shift})
+        return Objective(name, loss, "mean", "log", False, spw)
+    if name == "reg:tweedie":
+        power = _param(obj["tweedie_regression_param"], "tweedie_variance_power", 1.5)
+        return Objective(name, Loss("tweedie", params={"power": power}), "mean", "log", False, spw)
+    if name == "reg:gamma":
+        return Objective(name, Loss("gamma"), "mean", "log", False, spw)
+    if name == "reg:pseudohubererror":
+        slope = _param(obj["pseudo_huber_param"], "huber_slope", 1.0)
+        return Objective(name, Loss("pseudo_huber", params={"delta": slope}), "newton_step", "identity",
+                         False, spw)
+    alpha = 0.5
+    if name == "reg:quantileerror":
+        alphas = json.loads(obj["quantile_loss_param"]["quantile_alpha"])
+        alphas = alphas if isinstance(alphas, list) else [alphas]
+        if len(alphas) != 1:
+            raise UnsupportedModelError(
+                f"XGBoost reg:quantileerror with {len(alphas)} quantile_alpha values is not modelled (one "
+                "tree per alpha and round; the engine renews single-output trees): train one model per alpha."
+            )
+        alpha = float(np.float32(alphas[0]))
+    return Objective(name, Loss("quantile", params={"alpha": alpha}), "quantile", "identity", True, spw)
+
+
+def float32_terms(loss: Loss, y: np.ndarray, margin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """How far XGBoost's float32 evaluation of a row's ``g`` and ``h`` can stray, in units of eps32.
+
+    Parameters
+    ----------
+    loss : Loss
+    y : ndarray of shape (n, label_width)
+    margin : ndarray of shape (n, K)
+
+    Returns
+    -------
+    s : ndarray of shape (n, K)
+        The magnitude of the terms XGBoost adds to form ``g`` (``|p| + |y|`` for log loss), each
+        exponential counted with its argument's rounding (``e^x (1 + |x|)``): ``|g_32 - g| <= c eps32 s``.
+    r : ndarray of shape (n, K)
+        The relative error of ``h`` in eps32 (``1 + |x|`` for an exponential, the pseudo-Huber
+        hessian's slope times its residual's rounding).
+    """
+    m = margin
+    ones = np.ones_like(m)
+    name = loss.name
+    if name in ("squared_error", "multi_squared", "quantile"):
+        return np.abs(m) + np.abs(y), 0.0 * ones
+    if name == "logloss":
+        p = 1.0 / (1.0 + np.exp(-m))
+        return p + np.abs(y), ones
+    if name == "softmax":
+        shifted = m - m.max(axis=1, keepdims=True)
+        p = np.exp(shifted) / np.exp(shifted).sum(axis=1, keepdims=True)
+        onehot = (y[:, :1] == np.arange(m.shape[1])[None, :]).astype(np.float64)
+        return p * (2.0 + np.abs(shifted)) + onehot, 2.0 + np.abs(shifted)
+    if name == "poisson":
+        shift = loss.params["hessian_log_shift"]
+        return np.exp(m) * (1.0 + np.abs(m)) + np.abs(y), 1.0 + np.abs(m + shift)
+    if name == "gamma":
+        return 1.0 + y * np.exp(-m) * (1.0 + np.abs(m)), 1.0 + np.abs(m)
+    if name == "tweedie":
+        a, b = 1.0 - loss.params["power"], 2.0 - loss.params["power"]
+        terms = y * np.exp(a * m) * (1.0 + np.abs(a * m)) + np.exp(b * m) * (1.0 + np.abs(b * m))
+        return terms, 1.0 + np.abs(m)
+    if name == "pseudo_huber":
+        delta = loss.params["delta"]
+        z = m - y
+        q = 1.0 + (z / delta) ** 2
+        spread = np.abs(m) + np.abs(y)  # the rounding of z = f32(m - y)
+        h = 1.0 / (q * np.sqrt(q))
+        return np.abs(z) / np.sqrt(q) + h * spread, 1.0 + 3.0 * np.abs(z) * spread / (delta * delta * q)
+    raise ValueError(f"no float32 bound for the {name} loss")
+
+
+def rounding_units(engine: InfluenceEngine) -> NDArray[np.float64]:
+    """Each tree's worst leaf residual in units of that leaf's float32 rounding bound, shape (n_trees,).
+
+    XGBoost computes each row's gradient and hessian from float32 margins, in float32, and sums in
+    double; the engine works in float64 from the exact sums of the stored leaves. A Newton leaf's
+    difference is bounded by ``eta * (eps32 * sum w s + sum w dg) / (H + lambda) + |leaf| * (eps32 +
+    sum w (dh + eps32 h r) / (H + lambda))`` over its rows, where ``s`` and ``r`` bound the float32
+    evaluation of ``g`` and ``h`` (:func:`float32_terms`: the magnitudes of the
+    terms XGBoost adds, e.g. ``|p| + |y|`` for log loss), and ``dg, dh`` are the changes of the
+    engine's own gradient and hessian (``Loss.grad_hess``) when the margin moves by ``dm``, XGBoost's
+    float32 margin rounding after ``t`` rounds (``dm <= t * eps32 / 2 * max|margin|``). A renewed leaf
+    (quantile of residuals) is off by at most ``eta * (dm + eps32 (|y| + |m|))`` of one of its rows plus
+    ``eps32 |leaf|``. Rows sharing one margin round alike, so the residual grows with them: 1.4e-5
+    relative on 20,000 rows of rounded features (log loss), every leaf still below 0.6 of its bound.
+    """
+    e = engine.ensemble
+    w, loss = e.sample_weight, e.loss
+    margin = e.init_offset + e.base_margin[None, :]
+    drift = np.zeros_like(margin)  # bound on |XGBoost's float32 margin - the exact sum|
+    diff = np.abs(engine.leaf_values - e.leaf_values)
+    out = np.zeros(e.n_trees)
+    targets = np.broadcast_to(e.y, margin.shape) if e.y.shape[1] == margin.shape[1] else e.y[:, :1]
+    for r in range(int(e.tree_round[-1]) + 1):
+        g, h = loss.grad_hess(e.y, margin)
+        dg, dh = np.zeros_like(g), h * drift
+        for sign in (1.0, -1.0):
+            g2, h2 = loss.grad_hess(e.y, margin + sign * drift)
+            dg, dh = np.maximum(dg, np.abs(g2 - g)), np.maximum(dh, np.abs(h2 - h))
+        s, rel = float32_terms(loss, e.y, margin)
+        step = np.zeros_like(margin)
+        for t in np.flatnonzero(e.tree_round == r):
+            rows, k, c = e.leaf_index[t], int(e.n_leaves[t]), int(e.tree_output[t])
+            lo, hi = e.leaf_offset[t], e.leaf_offset[t + 1]
+            stored = e.leaf_values[lo:hi]
+            if e.renewed[t]:
+                row_bound = drift[:, c] + _EPS32 * (np.abs(targets[:, c]) + np.abs(margin[:, c]))
+                worst = np.zeros(k)
+                np.maximum.at(worst, rows, row_bound)
+                bound = e.learning_rate[t] * worst + _EPS32 * np.abs(stored)
+            else:
+                den = np.bincount(rows, w * h[:, c], k) + e.l2[lo:hi]
+                grad = np.bincount(rows, w * (_EPS32 * s[:, c] + dg[:, c]), k)
+                hess = np.bincount(rows, w * (dh[:, c] + _EPS32 * h[:, c] * rel[:, c]), k)
+                bound = e.learning_rate[t] * grad / den + np.abs(stored) * (_EPS32 + hess / den)
+            d = diff[lo:hi]
+            out[t] = np.max(np.where(d > 0, d / np.maximum(bound, np.finfo(float).tiny), 0.0))
+            step[:, c] += stored[rows]
+        margin = margin + step
+        drift += _EPS32 / 2 * np.abs(margin)
+    return out

@@ -1,0 +1,290 @@
+"""XGBoost objectives beyond log loss and squared error, against XGBoost itself.
+
+Per objective (count:poisson, reg:tweedie, reg:gamma, reg:pseudohubererror, binary:logitraw,
+reg:absoluteerror, reg:quantileerror, multi:softprob / multi:softmax, multi-target squared error):
+
+* the adapter's self-check passes (XGBoost's stored leaves recomputed from the training rows);
+* the explained margins equal ``predict(output_margin=True)`` on training and test rows;
+* ``leaf_refit`` equals retraining without the row with ``xgb.train`` (same parameters, base score
+  re-estimated by XGBoost) wherever the retrained model keeps every tree's structure;
+* ``leaf_influence`` equals central finite differences of retraining with the row's weight 1 +- EPS,
+  where both retrains keep the structure;
+* multiclass: reverse mode equals forward mode.
+
+Data: two features of 2 and 5 levels (10 cells), 400 rows. Few distinct values keep XGBoost's
+histogram cuts and most split choices when one row goes, so retraining keeps the structure for
+several rows (Assumption 1; on continuous features almost no row keeps it).
+
+Tolerances. XGBoost's margins are float32 sums of float32 leaves; ``margin_tol`` = 4 sqrt(T) eps32
+max(1, max|margin|) (about 10 standard deviations of the rounding random walk). A refit difference
+subtracts two such margins: the same tolerance over both. Finite differences: that tolerance over
+2 EPS plus the central-difference truncation EPS^2 max|fd| (relative O(EPS^2), the weight response
+is smooth where the structure is kept). Each comparison also asserts the compared quantity is far
+above its tolerance, so the test is not comparing two roundings.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import xgboost as xgb
+from influence_gbdt.adapters import adapter_for
+from influence_gbdt.adapters.xgboost import XGBoostAdapter, rounding_units
+from sklearn.preprocessing import LabelEncoder
+from xgboost_helpers import kept_margins, margin_tol, train
+
+from influence_gbdt.engine import InfluenceEngine, TestPoints
+from influence_gbdt.errors import UnsupportedModelError
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+N, ROUNDS, EPS = 400, 10, 0.05
+PROBE = np.arange(40)  # retraining these small models is cheap; about 1 in 5 keeps the structure
+
+
+@pytest.fixture(scope="module")
+def data() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(3)
+    X = np.column_stack([rng.integers(0, 2, N), rng.integers(0, 5, N)]).astype(float)
+    mu = np.exp(0.5 * X[:, 0] - 0.25 * X[:, 1])
+    reg = X[:, 0] + np.sin(X[:, 1]) + rng.normal(size=N)
+    return {
+        "X": X,
+        "Xt": np.array([[a, b] for a in range(2) for b in range(5)], dtype=float),  # every cell
+        "count": rng.poisson(mu).astype(float),
+        "claims": rng.poisson(mu) * rng.gamma(2.0, 1.0, N),
+        "positive": rng.gamma(2.0, mu / 2.0),
+        "outliers": reg + 6.0 * (rng.random(N) < 0.05),
+        "binary": (reg > 0.6).astype(float),
+        "regression": reg,
+        "classes": np.digitize(reg, [-0.3, 0.6, 1.5]).astype(float),
+        "targets": np.column_stack([reg, 0.5 * reg**2]),
+        "w": rng.uniform(0.5, 2.0, N),
+    }
+
+
+# id: (params, target, weighted)
+OBJECTIVES = {
+    "poisson": ({"objective": "count:poisson"}, "count", False),
+    "poisson_w_mds": ({"objective": "count:poisson", "max_delta_step": 0.3}, "count", True),
+    "tweedie": ({"objective": "reg:tweedie", "tweedie_variance_power": 1.3}, "claims", True),
+    "gamma": ({"objective": "reg:gamma"}, "positive", False),
+    "pseudohuber": ({"objective": "reg:pseudohubererror", "huber_slope": 1.5}, "outliers", True),
+    "logitraw": ({"objective": "binary:logitraw", "eta": 0.1}, "binary", False),
+    "absoluteerror": ({"objective": "reg:absoluteerror"}, "regression", False),
+    "quantile_w": ({"objective": "reg:quantileerror", "quantile_alpha": 0.3}, "regression", True),
+    "softprob": ({"objective": "multi:softprob", "num_class": 4, "eta": 0.1}, "classes", False),
+    "softmax_w": ({"objective": "multi:softmax", "num_class": 4, "lambda": 2.0}, "classes", True),
+    "multi_target": ({"objective": "reg:squarederror", "tree_method": "hist"}, "targets", True),
+}
+
+
+def _columns(a: np.ndarray) -> np.ndarray:
+    return a.reshape(a.shape[0], -1)
+
+
+def _scores(engine: InfluenceEngine, method: str, test: TestPoints, rows, K: int) -> np.ndarray:
+    """Scores on="prediction" for every output, shape (len(rows), m, K)."""
+    fn = getattr(engine, method)
+    if K == 1:
+        return fn(test, rows=rows, on="prediction")[:, :, None]
+    return np.stack([fn(test, rows=rows, on="prediction", output=c) for c in range(K)], axis=2)
+
+
+@pytest.mark.parametrize("name", list(OBJECTIVES))
+def test_objective_reproduces_and_matches_retraining(data, name):
+    extra, target, weighted = OBJECTIVES[name]
+    params = {"max_depth": 2, "eta": 0.3, **extra}
+    X, Xt, y = data["X"], data["Xt"], data[target]
+    w = data["w"] if weighted else None
+    bst = train(params, X, y, w, ROUNDS)
+    adapter = XGBoostAdapter(bst)
+    engine = adapter.prepare(X, y, w)  # the self-check
+    K = engine.ensemble.n_outputs
+    assert rounding_units(engine).max() <= 2.0
+
+    f_train = _columns(bst.predict(xgb.DMatrix(X), output_margin=True).astype(np.float64))
+    f_test = _columns(bst.predict(xgb.DMatrix(Xt), output_margin=True).astype(np.float64))
+    tol = margin_tol(ROUNDS, f_train, f_test)
+    test = TestPoints(leaf_index=adapter.leaf_indices(Xt), offset=adapter.init_offset(Xt))
+    np.testing.assert_allclose(_columns(engine.train_margin), f_train, rtol=0, atol=tol)
+    np.testing.assert_allclose(_columns(engine.predict_margin(test)), f_test, rtol=0, atol=tol)
+    np.testing.assert_allclose(_columns(adapter.raw_predict(Xt)), f_test, rtol=0, atol=0)
+
+    refit = _scores(engine, "leaf_refit", test, PROBE, K)  # base score re-estimated, as xgb.train does
+    v = np.ones(N) if w is None else w
+    kept = []
+    for r, i in enumerate(PROBE):
+        keep = np.arange(N) != i
+        retrained = train(params, X[keep], y[keep], None if w is None else w[keep], ROUNDS)
+        f_without = kept_margins(bst, retrained, X, keep, Xt)
+        if f_without is None:
+            continue
+        kept.append(r)
+        np.testing.assert_allclose(refit[r], f_test - _columns(f_without), rtol=0, atol=tol)
+    assert len(kept) >= 2, f"only rows {PROBE[kept]} of {PROBE} keep the structure"
+    assert max(np.abs(refit[r]).max() for r in kept) > 30 * tol  # a real comparison
+
+    if adapter.objective.renewed:
+        # Renewed leaves are order statistics of residuals: without weights XGBoost has no weight to
+        # differentiate (any weight vector switches it to its weighted quantile), and with weights
+        # every leaf and the base are step functions of the weights, so the derivative is 0 almost
+        # everywhere (finite differences of retraining see only the steps they happen to cross).
+        if w is not None:
+            assert not np.any(_scores(engine, "leaf_influence", test, PROBE[:4], K))
+        return
+    compared = 0
+    for r in sorted(kept, key=lambda r: -np.abs(refit[r]).max())[:5]:
+        i = PROBE[r]
+        margins = []
+        for sign in (1, -1):
+            v2 = v.copy()
+            v2[i] += sign * EPS
+            f2 = kept_margins(bst, train(params, X, y, v2, ROUNDS), X, None, Xt)
+            if f2 is not None:
+                margins.append(_columns(f2))
+        if len(margins) < 2:
+            continue
+        fd = (margins[0] - margins[1]) / (2 * EPS)
+        influence = _scores(engine, "leaf_influence", test, [i], K)[0]
+        np.testing.assert_allclose(influence, fd, rtol=0, atol=tol / EPS + EPS**2 * np.abs(fd).max())
+        compared += 1
+        if compared == 2:
+            break
+    assert compared >= 1
+
+
+def test_poisson_default_max_delta_step_is_the_clip_and_the_hessian_shift(data):
+    """count:poisson without max_delta_step: XGBoost injects 0.7 as the trees' clip and the hessian
+    shift e^(m + 0.7); the description carries both and the stored leaves are reproduced."""
+    X, y = data["X"], data["count"]
+    bst = train({"objective": "count:poisson", "max_depth": 3, "eta": 0.5}, X, y, None, ROUNDS)
+    adapter = XGBoostAdapter(bst)
+    e = adapter.describe(X, y)
+    assert np.all(e.max_delta_step == np.float32(0.7))
+    assert e.loss.params["hessian_log_shift"] == np.float32(0.7)
+    assert adapter.prepare(X, y).relative_residual < 1e-5
+
+
+def test_softmax_hessian_has_the_factor_two(data):
+    """XGBoost's multiclass hessian is 2 p (1 - p): the textbook p (1 - p) is refused by the self-check."""
+    X, y = data["X"], data["classes"]
+    bst = train({"objective": "multi:softprob", "num_class": 4, "max_depth": 3}, X, y, None, 5)
+    e = XGBoostAdapter(bst).describe(X, y)
+    assert e.loss.params["factor"] == 2.0
+    assert InfluenceEngine(e).relative_residual < 1e-5
+    from dataclasses import replace
+
+    from influence_gbdt.losses import Loss
+
+    textbook = replace(e, loss=Loss("softmax", 1e-16, 4, {"factor": 1.0}))
+    assert InfluenceEngine(textbook).relative_residual > 0.1
+
+
+def test_multiclass_reverse_mode_equals_forward_mode(data):
+    """Exact LeafInfluence: the reverse sweep (one per test point) equals forward mode (one per row),
+    on the loss (log loss of the true class) and on each class's margin."""
+    X, Xt, y, w = data["X"], data["Xt"], data["classes"], data["w"]
+    bst = train({"objective": "multi:softprob", "num_class": 4, "max_depth": 3}, X, y, w, ROUNDS)
+    adapter = XGBoostAdapter(bst)
+    engine = adapter.prepare(X, y, w)
+    yt = np.argmax(bst.predict(xgb.DMatrix(Xt)), axis=1)[::-1].astype(float)  # some wrong classes
+    test = TestPoints(leaf_index=adapter.leaf_indices(Xt), offset=adapter.init_offset(Xt), y=yt)
+    rows = np.arange(0, N, 7)
+    for on, output in (("loss", None), ("prediction", 0), ("prediction", 3)):
+        rev = engine.influence_reverse(test, rows=rows, on=on, output=output)
+        fwd = engine.influence_forward(test, rows=rows, on=on, output=output)
+        # Two summation orders of the same float64 derivatives.
+        np.testing.assert_allclose(rev, fwd, rtol=0, atol=1e-10 * np.abs(fwd).max())
+        assert np.abs(fwd).max() > 1e-3
+
+
+N_USER = 300
+# name: (estimator arguments, string labels, pandas, weights ("balanced" = class weights), early stop)
+USER_MODELS = {
+    "XGBClassifier() 3 classes, string labels": ({}, 3, True, False, None, False),
+    "pandas, balanced class weights": ({"n_estimators": 30}, 5, False, True, "balanced", False),
+    "sample_weight, multi:softmax": ({"n_estimators": 30, "objective": "multi:softmax"}, 4, False, False,
+                                     "random", False),
+    "early stopping, 10 classes": ({"n_estimators": 200, "early_stopping_rounds": 3, "max_depth": 3}, 10,
+                                   False, False, None, True),
+}
+
+
+def _user_data(n_classes: int):
+    rng = np.random.default_rng(n_classes)
+    n = N_USER + 150
+    X = np.column_stack([rng.integers(0, 2, n), rng.integers(0, 5, n)]).astype(float)
+    score = 1.5 * X[:, 0] + 0.8 * X[:, 1] + rng.normal(size=n)
+    cuts = np.quantile(score, np.linspace(0, 1, n_classes + 1)[1:-1])
+    labels = np.array(["ant", "bee", "cat", "dog", "eel", "fox", "gnu", "hen", "ibis", "jay"])
+    return X, labels[np.digitize(score, cuts)]
+
+
+@pytest.mark.parametrize("name", list(USER_MODELS))
+def test_multiclass_user_models(name):
+    """XGBClassifier as users train it: labels encoded with LabelEncoder (XGBoost refuses strings),
+    pandas, class weights passed as sample weights (XGBClassifier has no class_weight), early
+    stopping. The self-check passes and the explained margins == predict(output_margin=True).
+    (Retraining comparisons for multiclass: the softprob / softmax cases above; these default-depth
+    models change structure on every deleted row of this data.)"""
+    kwargs, n_classes, _, pandas, weights, early = USER_MODELS[name]
+    X_all, labels = _user_data(n_classes)
+    y_all = LabelEncoder().fit_transform(labels)
+    if pandas:
+        X_all = pd.DataFrame(X_all, columns=["plan", "region"])
+    take = (lambda a, r: a.iloc[r]) if pandas else (lambda a, r: a[r])
+    X, y = take(X_all, np.arange(N_USER)), y_all[:N_USER]
+    Xt = take(X_all, np.arange(N_USER, N_USER + 30))
+    rng = np.random.default_rng(1)
+    w = None
+    if weights == "balanced":
+        from sklearn.utils.class_weight import compute_sample_weight
+
+        w = compute_sample_weight("balanced", y)
+    elif weights == "random":
+        w = rng.uniform(0.5, 2.0, N_USER)
+    valid = [(take(X_all, np.arange(N_USER, len(y_all))), y_all[N_USER:])]
+    fit = {"eval_set": valid, "verbose": False} if early else {}
+    model = xgb.XGBClassifier(n_jobs=1, **kwargs).fit(X, y, sample_weight=w, **fit)
+    adapter = adapter_for(model)
+    engine = adapter.prepare(X, y, w)
+    K, rounds = engine.ensemble.n_outputs, adapter.n_rounds
+    assert K == n_classes
+    if early:
+        assert rounds == model.get_booster().best_iteration + 1 < model.get_booster().num_boosted_rounds()
+    f_train, f_test = model.predict(X, output_margin=True), model.predict(Xt, output_margin=True)
+    tol = margin_tol(rounds, f_train, f_test)
+    test = TestPoints(leaf_index=adapter.leaf_indices(Xt), offset=adapter.init_offset(Xt))
+    np.testing.assert_allclose(engine.train_margin, f_train, rtol=0, atol=tol)
+    np.testing.assert_allclose(engine.predict_margin(test), f_test, rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"objective": "rank:pairwise"}, "query group"),
+        ({"objective": "reg:squaredlogerror"}, "hessian floor"),
+        ({"objective": "survival:cox"}, "risk sets"),
+        ({"objective": "binary:hinge"}, "not modelled"),
+        ({"objective": "reg:quantileerror", "quantile_alpha": [0.1, 0.9]}, "one model per target or alpha"),
+        ({"objective": "reg:absoluteerror", "tree_method": "exact"}, "tree_method='exact'"),
+        ({"objective": "reg:gamma", "scale_pos_weight": 2.0}, "scale_pos_weight"),
+        ({"objective": "reg:squarederror", "multi_strategy": "multi_output_tree"}, "multi_output_tree"),
+    ],
+)
+def test_refused_objectives_name_the_cause(data, params, match):
+    X = data["X"]
+    y = data["positive"]
+    if params.get("multi_strategy"):
+        y = data["targets"]
+    if params["objective"] == "binary:hinge":
+        y = data["binary"]
+    if params["objective"] == "rank:pairwise":
+        dm = xgb.DMatrix(X, np.round(data["count"]).clip(0, 3), group=[100] * 4)
+        bst = xgb.train({**params, "nthread": 1}, dm, 2)
+    else:
+        bst = train({**params, "tree_method": params.get("tree_method", "hist")}, X, y, None, 2)
+    with pytest.raises(UnsupportedModelError, match=match):
+        XGBoostAdapter(bst)
