@@ -394,3 +394,53 @@ def test_a_model_trained_on_a_dataframe_reads_arrays_by_position(fitted: tuple) 
     )
     lists = BoostingInfluence(model, progress=False).fit(X.to_numpy().tolist(), list(y))
     np.testing.assert_array_equal(lists.engine_.train_margin, ex.engine_.train_margin)
+
+
+def _three_class(library: str) -> tuple:
+    """A 3-class model of ``library`` as users train one (string labels where the wrapper takes
+    them; XGBoost wants them encoded), with its training and test rows."""
+    rng = np.random.default_rng(4)
+    X = pd.DataFrame(rng.normal(size=(360, 3)), columns=["a", "b", "c"])
+    names = np.array(["cat", "dog", "eel"])
+    y = names[np.argmax(X.to_numpy() + 0.5 * rng.normal(size=(360, 3)), axis=1)]
+    X_test, y_test = X.iloc[300:], y[300:]
+    X, y = X.iloc[:300], y[:300]
+    if library == "xgboost":
+        import xgboost
+
+        y, y_test = np.searchsorted(names, y), np.searchsorted(names, y_test)
+        model = xgboost.XGBClassifier(n_estimators=8, max_depth=3).fit(X, y)
+    elif library == "lightgbm":
+        import lightgbm
+
+        model = lightgbm.LGBMClassifier(n_estimators=8, num_leaves=8, verbose=-1).fit(X, y)
+    else:
+        import catboost
+
+        model = catboost.CatBoostClassifier(
+            iterations=8, depth=3, loss_function="MultiClass", leaf_estimation_method="Gradient",
+            leaf_estimation_iterations=1, verbose=0, random_seed=0, allow_writing_files=False,
+        ).fit(X, y)
+    return model, X, y, X_test, y_test
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_multiclass_loss_scores_are_the_booster_probabilities_times_class_margin_scores(library: str) -> None:
+    """d(-log p_y)/dw = sum_k (p_k - [y = k]) dF_k/dw: the loss scores of a softmax model equal the
+    per-class prediction scores combined with the booster's own predict_proba (columns in classes_
+    order), which checks that output= names the class the booster means."""
+    model, X, y, X_test, y_test = _three_class(library)
+    ex = BoostingInfluence(model, progress=False).fit(X, y)
+    S = ex.score_training_points(X_test, y_test)
+    assert S.shape == (len(X), len(X_test))
+    proba = model.predict_proba(X_test)
+    onehot = (np.asarray(y_test)[:, None] == np.asarray(model.classes_)[None, :]).astype(float)
+    combined = sum(
+        ex.score_training_points(X_test, on="prediction", output=c) * (proba - onehot)[:, k]
+        for k, c in enumerate(model.classes_)
+    )
+    np.testing.assert_allclose(S, combined, rtol=0, atol=1e-6 * np.abs(S).max())  # float32 proba
+    with pytest.raises(InfluenceError, match="output"):
+        ex.score_training_points(X_test, on="prediction")
+    top = ex.top_training_points(X_test.iloc[[0]], y_test[:1], n=3)
+    assert list(top["label"]) == [y[i] for i in top["row"]]
