@@ -44,6 +44,7 @@ and those are the trees explained.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections.abc import Mapping
@@ -60,6 +61,7 @@ from influence_gbdt.errors import InputError, ReproductionError, UnsupportedMode
 from influence_gbdt.labels import LabelMap
 from influence_gbdt.tabular import n_rows
 
+from . import catboost_ctr
 from .base import BoosterAdapter
 
 _LOSSES = {"Logloss": "logloss", "RMSE": "squared_error"}
@@ -116,6 +118,9 @@ class CatBoostAdapter(BoosterAdapter):
         self.loss = _LOSSES[loss]
         method = p.get("leaf_estimation_method")
         backtracking = p.get("leaf_estimation_backtracking", "No")
+        self._json: dict[str, Any] = json.loads(self._json_text())
+        self._ctr = bool(self._json["features_info"].get("ctrs"))
+        ctr_why = catboost_ctr.ctr_refusal(p, self._json, loss)
         refusals = [
             (any(float(c) != 0 for c in _constraints(p)),
              "monotone_constraints change the leaf values; retrain without them"),
@@ -128,10 +133,8 @@ class CatBoostAdapter(BoosterAdapter):
              f"leaf_estimation_method={method!r} is not modelled; retrain with 'Newton' or 'Gradient'"),
             (backtracking not in ("No", "AnyImprovement"),
              f"leaf_estimation_backtracking={backtracking!r} is not modelled; use 'AnyImprovement' or 'No'"),
-            ("OnlineCtr" in self._json_text(),
-             "categorical features are encoded with CTRs (target statistics), whose training-time values "
-             "the final model does not reproduce; retrain with one_hot_max_size above the number of "
-             "categories of every categorical feature"),
+            (ctr_why is not None, f"its categorical features are encoded with CTRs (target statistics) "
+             f"and {ctr_why}"),
         ]
         for bad, why in refusals:
             if bad:
@@ -187,6 +190,12 @@ class CatBoostAdapter(BoosterAdapter):
         return (
             "Pass exactly the training rows in training order (numpy or DataFrame, categorical columns "
             "as in training), the labels, the user sample weights and any baseline (init_score)."
+        ) + (
+            " With CTRs the order matters: it fixes CatBoost's permutations. A model trained with "
+            "counter_calc_method='Full' and an eval_set counted the eval rows in its Counter CTRs, "
+            "which are not given here: retrain with counter_calc_method='SkipTest' (the default)."
+            if self._ctr and str(self._p.get("counter_calc_method")) == "Full" else
+            " With CTRs the order matters: it fixes CatBoost's permutations." if self._ctr else ""
         )
 
     def model_features(self) -> tuple[int, list[str] | None]:
@@ -251,6 +260,9 @@ class CatBoostAdapter(BoosterAdapter):
         leaf_index = self.leaf_indices(X)
         if leaf_index.shape[1] != n:
             raise InputError(f"calc_leaf_indexes returned {leaf_index.shape[1]} rows for {n} rows of X.")
+        if self._ctr:
+            learn_w = _f32(user_w * class_weights[groups])
+            leaf_index = self._ctr_training_leaves(X, labels, leaf_index, learn_w)
         counts = np.asarray(self.model.get_tree_leaf_counts(), dtype=np.int64)
         scale, bias = self.model.get_scale_and_bias()
         values = np.asarray(self.model.get_leaf_values(), dtype=np.float64) * float(scale)
@@ -272,6 +284,25 @@ class CatBoostAdapter(BoosterAdapter):
             init_offset=offset, y=labels, user_weight=user_w, weight_group=groups,
             dataset_factor=class_weights, float32_weights=True, dataset_factor_without=without,
         )
+
+    def _ctr_training_leaves(
+        self, X: Any, labels: NDArray[np.float64], final: NDArray[np.int32], weights: NDArray[np.float64]
+    ) -> NDArray[np.int32]:
+        """The leaves the training rows visited when the leaf values were estimated, shape (T, n),
+        with the online CTRs of the averaging fold (:mod:`adapters.catboost_ctr`); ``final``:
+        their ``calc_leaf_indexes``; ``weights`` (n,): CatBoost's learn weights, for the cheap
+        leaf-weight check that runs before the self-check."""
+        if isinstance(X, catboost.Pool):
+            raise InputError(
+                "A CatBoost model with CTRs needs the training rows' categorical values, which a Pool "
+                "does not give back (and its group ids would change the shuffles): pass X as a "
+                "DataFrame or array with the categorical columns as trained."
+            )
+        classes = catboost_ctr.ctr_target_classes(self._p, labels)
+        cats = list(self.model.get_cat_feature_indices())
+        rebuilt = catboost_ctr.training_leaves(self._json, self._p, X, cats, classes, final)
+        rebuilt.check_leaf_weights(weights, self._json, self.hint)
+        return rebuilt.leaves
 
     def _class_weights(
         self, classes: NDArray[np.int64], user_w: NDArray[np.float64]
