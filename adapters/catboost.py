@@ -37,6 +37,28 @@ quantization borders (deletion re-quantizes; pass the original ones as ``input_b
 compare) and, with bootstrap or ``random_strength``, the random draws that choose the structures.
 LeafRefit keeps the trained learning rate.
 
+Categorical features with CTRs (target statistics)
+--------------------------------------------------
+A categorical feature with more values than ``one_hot_max_size`` (the default 2) is split on by
+CTRs, whose values for a training row were computed online along CatBoost's averaging-fold
+permutation. :mod:`adapters.catboost_ctr` rebuilds the leaf every training row visited when the
+leaf values were estimated (CPU, symmetric trees, Borders and Counter CTRs, Plain and Ordered,
+Logloss and RMSE); test rows get ``calc_leaf_indexes`` (the final CTR tables, what ``predict``
+uses). Pass the training rows in training order, categorical values as trained: the order fixes
+the permutations. Other CTR settings are refused by name.
+
+A row's *weight* never enters a CTR statistic (CatBoost counts rows), so LeafInfluence is exact
+with no CTR channel. LeafRefit deletes the row from the leaf-value estimation as above **and
+keeps its label in every CTR statistic**: every other row keeps its training-time leaf and test
+rows their final-table leaf. Why that default: CTR values are part of the structure the rows
+see, which LeafRefit holds fixed; it is what CatBoost itself does when the row's weight goes to
+0 (the random stream is unchanged), so it is checked against CatBoost (with ``l2_leaf_reg=0``,
+where deletion and weight 0 coincide: equal to 1e-13); it is the finite counterpart of
+LeafInfluence. The label's own channel (rows after it in its bucket lose its count, the final
+tables change) is discrete, and CatBoost's deletion retrain also redraws every permutation (the
+learn shuffle takes one draw less), which no method predicts; removing the label with the order
+kept is CatBoost's deletion only for ``has_time=True`` models and is not offered.
+
 Early stopping: the model holds the trees ``predict`` uses (``best_iteration_ + 1`` of them with
 ``use_best_model``, the default with an ``eval_set``; every tree trained up to the stop without it),
 and those are the trees explained.

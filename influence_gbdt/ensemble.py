@@ -127,7 +127,9 @@ class TreeEnsemble:
     Attributes
     ----------
     leaf_index : ndarray of shape (T, n), int32
-        Leaf of every training row in every tree, numbered ``0 .. n_leaves[t] - 1`` per tree.
+        Leaf of every training row in every tree, numbered ``0 .. n_leaves[t] - 1`` per tree: the
+        leaf the row was in when the leaf values were estimated (for CatBoost CTR models, by the
+        averaging fold's online CTRs, which the final model's leaves of the row may differ from).
     n_leaves : ndarray of shape (T,), int64
         Number of leaves of each tree (leaves no training row reaches included).
     leaf_values : ndarray of shape (n_total,), float64
