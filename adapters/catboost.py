@@ -44,8 +44,10 @@ CTRs, whose values for a training row were computed online along CatBoost's aver
 permutation. :mod:`adapters.catboost_ctr` rebuilds the leaf every training row visited when the
 leaf values were estimated (CPU, symmetric trees, Borders and Counter CTRs, Plain and Ordered,
 Logloss and RMSE); test rows get ``calc_leaf_indexes`` (the final CTR tables, what ``predict``
-uses). Pass the training rows in training order, categorical values as trained: the order fixes
-the permutations. Other CTR settings are refused by name.
+uses). CatBoost also sums the AnyImprovement objective in averaging-fold order, which float32
+near-ties depend on: the description carries that order (``objective_order``). Pass the training
+rows in training order, categorical values as trained: the order fixes the permutations. Other
+CTR settings are refused by name.
 
 A row's *weight* never enters a CTR statistic (CatBoost counts rows), so LeafInfluence is exact
 with no CTR channel. LeafRefit deletes the row from the leaf-value estimation as above **and
@@ -282,9 +284,10 @@ class CatBoostAdapter(BoosterAdapter):
         leaf_index = self.leaf_indices(X)
         if leaf_index.shape[1] != n:
             raise InputError(f"calc_leaf_indexes returned {leaf_index.shape[1]} rows for {n} rows of X.")
+        order = None
         if self._ctr:
             learn_w = _f32(user_w * class_weights[groups])
-            leaf_index = self._ctr_training_leaves(X, labels, leaf_index, learn_w)
+            leaf_index, order = self._ctr_training_leaves(X, labels, leaf_index, learn_w)
         counts = np.asarray(self.model.get_tree_leaf_counts(), dtype=np.int64)
         scale, bias = self.model.get_scale_and_bias()
         values = np.asarray(self.model.get_leaf_values(), dtype=np.float64) * float(scale)
@@ -301,7 +304,7 @@ class CatBoostAdapter(BoosterAdapter):
             backtracking=backtracking,
             backtracking_objective=_BACKTRACKING_OBJECTIVES.get(self.loss, "exact") if backtracking
             else "exact",
-            objective_threads=self._threads,
+            objective_threads=self._threads, objective_order=order,
             base_margin=float(bias), base_rule="mean" if p.get("boost_from_average", False) else "fixed",
             init_offset=offset, y=labels, user_weight=user_w, weight_group=groups,
             dataset_factor=class_weights, float32_weights=True, dataset_factor_without=without,
@@ -309,10 +312,11 @@ class CatBoostAdapter(BoosterAdapter):
 
     def _ctr_training_leaves(
         self, X: Any, labels: NDArray[np.float64], final: NDArray[np.int32], weights: NDArray[np.float64]
-    ) -> NDArray[np.int32]:
+    ) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
         """The leaves the training rows visited when the leaf values were estimated, shape (T, n),
-        with the online CTRs of the averaging fold (:mod:`adapters.catboost_ctr`); ``final``:
-        their ``calc_leaf_indexes``; ``weights`` (n,): CatBoost's learn weights, for the cheap
+        with the online CTRs of the averaging fold (:mod:`adapters.catboost_ctr`), and that fold
+        (n,), the order CatBoost sums the backtracking objective in; ``final``: the rows'
+        ``calc_leaf_indexes``; ``weights`` (n,): CatBoost's learn weights, for the cheap
         leaf-weight check that runs before the self-check."""
         if isinstance(X, catboost.Pool):
             raise InputError(
@@ -324,7 +328,7 @@ class CatBoostAdapter(BoosterAdapter):
         cats = list(self.model.get_cat_feature_indices())
         rebuilt = catboost_ctr.training_leaves(self._json, self._p, X, cats, classes, final)
         rebuilt.check_leaf_weights(weights, self._json, self.hint)
-        return rebuilt.leaves
+        return rebuilt.leaves, rebuilt.averaging
 
     def _class_weights(
         self, classes: NDArray[np.int64], user_w: NDArray[np.float64]
