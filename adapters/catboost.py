@@ -43,6 +43,30 @@ quantization borders (deletion re-quantizes; pass the original ones as ``input_b
 compare) and, with bootstrap or ``random_strength``, the random draws that choose the structures.
 LeafRefit keeps the trained learning rate.
 
+Categorical features with CTRs (target statistics)
+--------------------------------------------------
+A categorical feature with more values than ``one_hot_max_size`` (the default 2) is split on by
+CTRs, whose values for a training row were computed online along CatBoost's averaging-fold
+permutation. :mod:`adapters.catboost_ctr` rebuilds the leaf every training row visited when the
+leaf values were estimated (CPU, symmetric trees, Borders and Counter CTRs, Plain and Ordered,
+Logloss and RMSE); test rows get ``calc_leaf_indexes`` (the final CTR tables, what ``predict``
+uses). CatBoost also sums the AnyImprovement objective in averaging-fold order, which float32
+near-ties depend on: the description carries that order (``objective_order``). Pass the training
+rows in training order, categorical values as trained: the order fixes the permutations. Other
+CTR settings are refused by name.
+
+A row's *weight* never enters a CTR statistic (CatBoost counts rows), so LeafInfluence is exact
+with no CTR channel. LeafRefit deletes the row from the leaf-value estimation as above **and
+keeps its label in every CTR statistic**: every other row keeps its training-time leaf and test
+rows their final-table leaf. Why that default: CTR values are part of the structure the rows
+see, which LeafRefit holds fixed; it is what CatBoost itself does when the row's weight goes to
+0 (the random stream is unchanged), so it is checked against CatBoost (with ``l2_leaf_reg=0``,
+where deletion and weight 0 coincide: equal to 1e-13); it is the finite counterpart of
+LeafInfluence. The label's own channel (rows after it in its bucket lose its count, the final
+tables change) is discrete, and CatBoost's deletion retrain also redraws every permutation (the
+learn shuffle takes one draw less), which no method predicts; removing the label with the order
+kept is CatBoost's deletion only for ``has_time=True`` models and is not offered.
+
 Early stopping: the model holds the trees ``predict`` uses (``best_iteration_ + 1`` of them with
 ``use_best_model``, the default with an ``eval_set``; every tree trained up to the stop without it),
 and those are the trees explained.
@@ -50,6 +74,7 @@ and those are the trees explained.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections.abc import Mapping
@@ -67,6 +92,7 @@ from influence_gbdt.labels import LabelMap
 from influence_gbdt.losses import Loss
 from influence_gbdt.tabular import n_rows
 
+from . import catboost_ctr
 from .base import BoosterAdapter
 from .catboost_objectives import CatBoostObjective, parse_objective
 
@@ -116,6 +142,9 @@ class CatBoostAdapter(BoosterAdapter):
         self.objective: CatBoostObjective = parse_objective(p)
         self.loss = self.objective.loss
         backtracking = p.get("leaf_estimation_backtracking", "No")
+        self._json: dict[str, Any] = json.loads(self._json_text())
+        self._ctr = bool(self._json["features_info"].get("ctrs"))
+        ctr_why = catboost_ctr.ctr_refusal(p, self._json, str(p.get("loss_function", "")).split(":")[0])
         refusals = [
             (any(float(c) != 0 for c in _constraints(p)),
              "monotone_constraints change the leaf values; retrain without them"),
@@ -126,10 +155,8 @@ class CatBoostAdapter(BoosterAdapter):
              "model_shrink_rate > 0 shrinks the model every iteration; retrain with model_shrink_rate=0"),
             (backtracking not in ("No", "AnyImprovement"),
              f"leaf_estimation_backtracking={backtracking!r} is not modelled; use 'AnyImprovement' or 'No'"),
-            ("OnlineCtr" in self._json_text(),
-             "categorical features are encoded with CTRs (target statistics), whose training-time values "
-             "the final model does not reproduce; retrain with one_hot_max_size above the number of "
-             "categories of every categorical feature"),
+            (ctr_why is not None, f"its categorical features are encoded with CTRs (target statistics) "
+             f"and {ctr_why}"),
         ]
         for bad, why in refusals:
             if bad:
@@ -201,6 +228,12 @@ class CatBoostAdapter(BoosterAdapter):
         return (
             "Pass exactly the training rows in training order (numpy or DataFrame, categorical columns "
             "as in training), the labels, the user sample weights and any baseline (init_score)."
+        ) + (
+            " With CTRs the order matters: it fixes CatBoost's permutations. A model trained with "
+            "counter_calc_method='Full' and an eval_set counted the eval rows in its Counter CTRs, "
+            "which are not given here: retrain with counter_calc_method='SkipTest' (the default)."
+            if self._ctr and str(self._p.get("counter_calc_method")) == "Full" else
+            " With CTRs the order matters: it fixes CatBoost's permutations." if self._ctr else ""
         )
 
     def model_features(self) -> tuple[int, list[str] | None]:
@@ -280,6 +313,10 @@ class CatBoostAdapter(BoosterAdapter):
         leaf_index = self.leaf_indices(X)
         if leaf_index.shape[1] != n:
             raise InputError(f"calc_leaf_indexes returned {leaf_index.shape[1]} rows for {n} rows of X.")
+        order = None
+        if self._ctr:
+            learn_w = _f32(user_w * class_weights[groups])
+            leaf_index, order = self._ctr_training_leaves(X, labels, leaf_index, learn_w)
         counts = np.asarray(self.model.get_tree_leaf_counts(), dtype=np.int64)
         scale, bias = self.model.get_scale_and_bias()
         values = np.asarray(self.model.get_leaf_values(), dtype=np.float64) * float(scale)
@@ -301,7 +338,7 @@ class CatBoostAdapter(BoosterAdapter):
             l2=0.0, l2_per_mean_weight=l2_leaf_reg, step_scales=np.ones(iterations),
             backtracking=backtracking,
             backtracking_objective=o.backtracking_objective() if backtracking else "exact",
-            objective_threads=self._threads,
+            objective_threads=self._threads, objective_order=order,
             renewed=o.renewed, quantile_alpha=o.quantile_alpha, quantile_method="catboost",
             quantile_weighted=sample_weight is not None, quantile_delta=o.quantile_delta,
             base_margin=np.atleast_1d(np.asarray(bias, dtype=np.float64)),
@@ -310,6 +347,26 @@ class CatBoostAdapter(BoosterAdapter):
             weight_group=groups, dataset_factor=class_weights, float32_weights=True,
             dataset_factor_without=without, float32_l2=K > 1 and p["leaf_estimation_method"] == "Newton",
         )
+
+    def _ctr_training_leaves(
+        self, X: Any, labels: NDArray[np.float64], final: NDArray[np.int32], weights: NDArray[np.float64]
+    ) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
+        """The leaves the training rows visited when the leaf values were estimated, shape (T, n),
+        with the online CTRs of the averaging fold (:mod:`adapters.catboost_ctr`), and that fold
+        (n,), the order CatBoost sums the backtracking objective in; ``final``: the rows'
+        ``calc_leaf_indexes``; ``weights`` (n,): CatBoost's learn weights, for the cheap
+        leaf-weight check that runs before the self-check."""
+        if isinstance(X, catboost.Pool):
+            raise InputError(
+                "A CatBoost model with CTRs needs the training rows' categorical values, which a Pool "
+                "does not give back (and its group ids would change the shuffles): pass X as a "
+                "DataFrame or array with the categorical columns as trained."
+            )
+        classes = catboost_ctr.ctr_target_classes(self._p, labels)
+        cats = list(self.model.get_cat_feature_indices())
+        rebuilt = catboost_ctr.training_leaves(self._json, self._p, X, cats, classes, final)
+        rebuilt.check_leaf_weights(weights, self._json, self.hint)
+        return rebuilt.leaves, rebuilt.averaging
 
     def _class_weights(
         self, classes: NDArray[np.int64], user_w: NDArray[np.float64]

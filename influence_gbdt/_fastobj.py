@@ -311,9 +311,13 @@ def objective_ranges(n_rows: int, thread_count: int) -> int:
 
 
 @_jit
-def _row(j: int, skip: int) -> int:
-    """Array index of the ``j``-th row of the layout that omits array row ``skip`` (-1: none)."""
-    return j + 1 if 0 <= skip <= j else j
+def _row(j: int, skip: int, order: Any = None) -> int:
+    """Array index of the ``j``-th row of the layout that omits position ``skip`` (-1: none) of
+    ``order`` (the booster's summation order, array rows by position; None: array order)."""
+    k = j + 1 if 0 <= skip <= j else j
+    if order is None:
+        return k
+    return order[k]
 
 
 @_jit
@@ -330,7 +334,7 @@ def _ce_term(a: float, d: float, prob: np.float32) -> np.float32:
 @_jit
 def _ce_block(
     point: NDArray[np.float64], dl: NDArray[np.float64], leaf: NDArray[np.int32], y: NDArray[np.float64],
-    w: NDArray[np.float64], logloss: bool, j0: int, j1: int, skip: int,
+    w: NDArray[np.float64], logloss: bool, j0: int, j1: int, skip: int, order: Any = None,
 ) -> tuple[float, float]:
     """(Stats0, Stats1) of one block, layout rows ``j0 <= j < j1``: float32 lanes for the first
     ``4 * ((j1 - j0) // 4)`` rows (lane k: rows k, k+4, ...), then the rest in double."""
@@ -340,7 +344,7 @@ def _ce_block(
     nv = j0 + (j1 - j0) - (j1 - j0) % 4
     for j in range(j0, nv, 4):
         for k in range(4):
-            i = _row(j + k, skip)
+            i = _row(j + k, skip, order)
             y32 = np.float32(y[i])
             prob = (_ONE32 if y32 > _HALF32 else np.float32(0.0)) if logloss else y32
             w32 = np.float32(w[i])
@@ -363,7 +367,7 @@ def _ce_block(
         s0 = 0.0 + np.float64((a0 + a1) + (a2 + a3))
         s1 = 0.0 + np.float64((c0 + c1) + (c2 + c3))
     for j in range(nv, j1):
-        i = _row(j, skip)
+        i = _row(j, skip, order)
         a = point[i]
         d = dl[leaf[i]]
         y32 = np.float32(y[i])
@@ -383,13 +387,13 @@ def _ce_block(
 @_jit
 def _poisson_block(
     point: NDArray[np.float64], dl: NDArray[np.float64], leaf: NDArray[np.int32], y: NDArray[np.float64],
-    w: NDArray[np.float64], j0: int, j1: int, skip: int,
+    w: NDArray[np.float64], j0: int, j1: int, skip: int, order: Any = None,
 ) -> tuple[float, float]:
     """(Stats0, Stats1) of one Poisson block, all in double, rows in order."""
     s0 = 0.0
     s1 = 0.0
     for j in range(j0, j1):
-        i = _row(j, skip)
+        i = _row(j, skip, order)
         e = point[i] * dl[leaf[i]]
         wd = np.float64(np.float32(w[i]))
         s0 += (e - np.float64(np.float32(y[i])) * np.float64(fastlogf(e))) * wd
@@ -400,7 +404,7 @@ def _poisson_block(
 @_jit
 def _objective_stats(
     code: int, point: NDArray[np.float64], dl: NDArray[np.float64], leaf: NDArray[np.int32],
-    y: NDArray[np.float64], w: NDArray[np.float64], n_ranges: int, skip: int,
+    y: NDArray[np.float64], w: NDArray[np.float64], n_ranges: int, skip: int, order: Any = None,
 ) -> tuple[float, float]:
     """(Stats0, Stats1) of :func:`exp_space_objective`: the weighted loss sum and the weight sum."""
     n = point.shape[0] - (1 if skip >= 0 else 0)
@@ -414,9 +418,9 @@ def _objective_stats(
         for b0 in range(frm, to, 4096):
             b1 = min(b0 + 4096, to)
             if code == CB_POISSON:
-                s0, s1 = _poisson_block(point, dl, leaf, y, w, b0, b1, skip)
+                s0, s1 = _poisson_block(point, dl, leaf, y, w, b0, b1, skip, order)
             else:
-                s0, s1 = _ce_block(point, dl, leaf, y, w, code == CB_LOGLOSS, b0, b1, skip)
+                s0, s1 = _ce_block(point, dl, leaf, y, w, code == CB_LOGLOSS, b0, b1, skip, order)
             r0 += s0
             r1 += s1
         S0 += r0
@@ -427,7 +431,7 @@ def _objective_stats(
 @_jit
 def exp_space_objective(
     code: int, point: NDArray[np.float64], dl: NDArray[np.float64], leaf: NDArray[np.int32],
-    y: NDArray[np.float64], w: NDArray[np.float64], n_ranges: int, skip: int = -1,
+    y: NDArray[np.float64], w: NDArray[np.float64], n_ranges: int, skip: int = -1, order: Any = None,
 ) -> float:
     """CatBoost's Obj of one backtracking try: the weighted mean loss at exp-space approx
     ``point * dl[leaf]``, computed the way its metric evaluation does.
@@ -452,7 +456,11 @@ def exp_space_objective(
     skip : int
         An array row to leave out *as if deleted* from the arrays (the rows after it move up one
         place in the float32 lanes and 4096-row blocks); -1 for none. A row CatBoost trained with
-        weight 0 is not deleted: keep it (``skip=-1``) with ``w = 0``.
+        weight 0 is not deleted: keep it (``skip=-1``) with ``w = 0``. With ``order``, a position
+        of ``order``.
+    order : (n,) int64, optional
+        The order CatBoost sums the rows in (array row at each position: its averaging fold, which
+        differs from the data order for categorical data); None: array order.
 
     Rows are split into ``n_ranges`` equal ranges (size ``ceil(n_eff / n_ranges)``), each range into
     blocks of up to 4096 rows. Logloss / CrossEntropy blocks sum per-row float32 terms
@@ -461,7 +469,7 @@ def exp_space_objective(
     double. Blocks add into ranges and ranges into the total in order, in double. Returns
     ``Stats0 / Stats1`` (0 when the weights sum to 0).
     """
-    S0, S1 = _objective_stats(code, point, dl, leaf, y, w, n_ranges, skip)
+    S0, S1 = _objective_stats(code, point, dl, leaf, y, w, n_ranges, skip, order)
     return S0 / S1 if S1 != 0.0 else 0.0
 
 

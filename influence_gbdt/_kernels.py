@@ -243,7 +243,8 @@ def tree_objective(
     fastexp_vec(step[base : base + L], dl[:L])
     n_eff = n - 1 if skip >= 0 else n
     return exp_space_objective(tb.bt_obj, point_buf, dl[:L], tb.leaf[t], tb.y[:, 0], w,
-                               objective_ranges(n_eff, tb.bt_threads), skip)
+                               objective_ranges(n_eff, tb.bt_threads), tb.bt_pos[skip] if skip >= 0 else -1,
+                               tb.bt_order)
 
 
 @_jit

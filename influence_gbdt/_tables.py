@@ -55,6 +55,8 @@ class Tables(NamedTuple):
     bt_obj: int  # backtracking objective: -1 exact, else a _fastobj loss code
     bt_tie: float  # relative gap within which the replay may decide a try either way
     bt_threads: int  # the booster's thread count, for the fast objective's row ranges
+    bt_order: NDArray[np.int64]  # (n,) row at each position of the fast objective's sums
+    bt_pos: NDArray[np.int64]  # (n,) position of each row in bt_order
     step_ptr: NDArray[np.int64]  # (T + 1,)
     sl_off: NDArray[np.int64]  # (n_flat_steps + 1,)
     rows_by_leaf: NDArray[np.int32]  # (T, n)
@@ -124,7 +126,9 @@ def build_tables(e: TreeEnsemble, group_sums: bool) -> Tables:
         q_method=QUANTILE_METHODS[e.quantile_method], q_weighted=e.quantile_weighted,
         q_delta=e.quantile_delta, bt_obj=_FAST_OBJECTIVES[e.backtracking_objective],
         bt_tie=_EXACT_TIE if e.backtracking_objective == "exact" else 0.0,
-        bt_threads=e.objective_threads, step_ptr=step_ptr, sl_off=sl_off, rows_by_leaf=rows_by_leaf,
+        bt_threads=e.objective_threads, bt_order=e.objective_order,
+        bt_pos=np.argsort(e.objective_order).astype(np.int64),
+        step_ptr=step_ptr, sl_off=sl_off, rows_by_leaf=rows_by_leaf,
         leaf_first=leaf_first, leaf_count=leaf_count, y=e.y, v=e.user_weight, grp=e.weight_group,
         dfac=e.dataset_factor, ofac=e.objective_factor, f32w=e.float32_weights,
         w=np.ascontiguousarray(e.sample_weight), code=e.loss.code,

@@ -127,7 +127,9 @@ class TreeEnsemble:
     Attributes
     ----------
     leaf_index : ndarray of shape (T, n), int32
-        Leaf of every training row in every tree, numbered ``0 .. n_leaves[t] - 1`` per tree.
+        Leaf of every training row in every tree, numbered ``0 .. n_leaves[t] - 1`` per tree: the
+        leaf the row was in when the leaf values were estimated (for CatBoost CTR models, by the
+        averaging fold's online CTRs, which the final model's leaves of the row may differ from).
     n_leaves : ndarray of shape (T,), int64
         Number of leaves of each tree (leaves no training row reaches included).
     leaf_values : ndarray of shape (n_total,), float64
@@ -170,6 +172,10 @@ class TreeEnsemble:
         How the booster computes the loss a backtracking step must lower (module docstring).
     objective_threads : int
         The booster's training thread count, which splits the fast objective's rows into ranges.
+    objective_order : ndarray of shape (n,), int64
+        The order the booster sums the fast objective's rows in (row at each position; CatBoost:
+        its averaging fold, not the data order when features are categorical); float32 sums
+        depend on it. ``arange(n)`` by default.
     loss : Loss
         The training loss (name, parameters, outputs, e.g. the hessian floor).
     base_margin : ndarray of shape (K,), float64
@@ -228,6 +234,7 @@ class TreeEnsemble:
     quantile_delta: float
     backtracking_objective: str
     objective_threads: int
+    objective_order: NDArray[np.int64]
     loss: Loss
     base_margin: NDArray[np.float64]
     base_rule: str
@@ -338,6 +345,7 @@ class TreeEnsemble:
         quantile_delta: float = 0.0,
         backtracking_objective: str = "exact",
         objective_threads: int = 1,
+        objective_order: ArrayLike | None = None,
         hessian_floor: float = 0.0,
         base_margin: ArrayLike = 0.0,
         base_rule: str = "fixed",
@@ -384,6 +392,7 @@ class TreeEnsemble:
         quantile_method, quantile_weighted, quantile_delta : see the class attributes.
         backtracking_objective : str
         objective_threads : int
+        objective_order : (n,) permutation of the rows, optional
         hessian_floor : float
             With a loss name: the booster's hessian floor.
         base_margin : scalar or (K,)
@@ -496,6 +505,9 @@ class TreeEnsemble:
                              f"{fast[backtracking_objective]} loss, not {loss_obj.name}.")
         if int(objective_threads) < 1:
             raise InputError(f"objective_threads must be >= 1, got {objective_threads}.")
+        order = np.arange(n_rows) if objective_order is None else np.asarray(objective_order, np.int64)
+        if order.shape != (n_rows,) or not np.array_equal(np.sort(order), np.arange(n_rows)):
+            raise InputError(f"objective_order must be a permutation of the {n_rows} rows.")
         renew = _per_tree("renewed", renewed, n_trees, np.bool_)
         alphas = _per_tree("quantile_alpha", quantile_alpha, n_trees, np.float64)
         if quantile_method not in QUANTILE_METHODS:
@@ -556,6 +568,7 @@ class TreeEnsemble:
             quantile_delta=float(quantile_delta),
             backtracking_objective=backtracking_objective,
             objective_threads=int(objective_threads),
+            objective_order=np.ascontiguousarray(order),
             loss=loss_obj,
             base_margin=_per_row("base_margin", base_margin, (K,), 0.0),
             base_rule=base_rule,

@@ -328,14 +328,7 @@ def test_dataframe_one_hot_categoricals_and_baseline(data):
 
 def test_refusals(data):
     X, _, yc, _, yr, _, _ = data
-    rng = np.random.default_rng(2)
-    cats = rng.integers(0, 40, N).astype(str)
-    frame = pd.DataFrame(X).assign(c=cats)
-    ctr = cb.CatBoostClassifier(
-        iterations=20, depth=3, verbose=0, cat_features=["c"], one_hot_max_size=2, thread_count=2
-    ).fit(frame, (yc + (cats < "2") > 0.5).astype(int))
-    with pytest.raises(UnsupportedModelError, match="CTR"):
-        CatBoostAdapter(ctr)
+    # CTR models (categorical features with more values than one_hot_max_size): test_catboost_ctr.py.
     langevin = cb.CatBoostRegressor(iterations=3, verbose=0, langevin=True, thread_count=2).fit(X, yr)
     with pytest.raises(UnsupportedModelError, match="langevin"):
         CatBoostAdapter(langevin)
