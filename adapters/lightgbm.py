@@ -362,6 +362,8 @@ class LightGBMAdapter(BoosterAdapter):
         y: ArrayLike,
         sample_weight: ArrayLike | None = None,
         init_score: ArrayLike | None = None,
+        *,
+        label_mean: float | None = None,
     ) -> TreeEnsemble:
         """Describe the model on its training data (no self-check; see :meth:`prepare`).
 
@@ -375,6 +377,10 @@ class LightGBMAdapter(BoosterAdapter):
             ``scale_pos_weight`` are applied on top, as LightGBM does).
         init_score : array-like of shape (n,), optional
             The init score passed to training, if any (then no boost_from_average took place).
+        label_mean : float, optional
+            The Dataset-weighted label mean of the *whole* training set, when ``X`` holds only part
+            of it (a Dask partition, :mod:`influence_gbdt.distributed`): boost_from_average's init
+            score is taken from it. Default: the mean over these rows.
         """
         leaf_index = self.leaf_indices(X)
         n = leaf_index.shape[1]
@@ -400,7 +406,8 @@ class LightGBMAdapter(BoosterAdapter):
             base_refit = True
             factor = classes["dataset_factor"][classes["weight_group"]]
             data_w = _float32(user_w * factor)  # LightGBM's Dataset weight
-            base = _boost_from_score(self.loss, labels, data_w)
+            base = (_boost_from_score(self.loss, labels, data_w) if label_mean is None
+                    else _boost_from_mean(self.loss, label_mean))
             if abs(base) > K_EPSILON:
                 if shrinkage[0] != 1.0 and lr != 1.0:
                     raise InputError(
@@ -537,7 +544,11 @@ def _boost_from_score(loss: str, labels: NDArray[np.float64], w: NDArray[np.floa
     """LightGBM's BoostFromScore on float32 ``labels`` and Dataset weights ``w`` (n,): the weighted
     label mean, or for log loss the logit of the weighted positive rate clipped to kEpsilon, with the
     sums taken sequentially in double as LightGBM does (label weights not included)."""
-    mean = float(np.cumsum(labels * w)[-1]) / float(np.cumsum(w)[-1])
+    return _boost_from_mean(loss, float(np.cumsum(labels * w)[-1]) / float(np.cumsum(w)[-1]))
+
+
+def _boost_from_mean(loss: str, mean: float) -> float:
+    """BoostFromScore from the weighted label mean: the mean, or its logit clipped to kEpsilon."""
     if loss == "logloss":
         mean = max(min(mean, 1.0 - K_EPSILON), K_EPSILON)
         return math.log(mean / (1.0 - mean))
