@@ -10,7 +10,7 @@ each worker process's peak resident memory (``ru_maxrss``), next to the size of 
 
 Usage::
 
-    python benchmarks/distributed.py --rows 10_000_000 --trees 30 --workers 4 --memory-limit 1GB
+    python benchmarks/distributed_influence.py --rows 10_000_000 --trees 30 --workers 4 --memory-limit 1GB
 """
 
 from __future__ import annotations
