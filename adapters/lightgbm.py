@@ -396,6 +396,8 @@ class LightGBMAdapter(BoosterAdapter):
         y: ArrayLike,
         sample_weight: ArrayLike | None = None,
         init_score: ArrayLike | None = None,
+        *,
+        label_mean: float | None = None,
     ) -> TreeEnsemble:
         """Describe the model on its training data (no self-check; see :meth:`prepare`).
 
@@ -411,6 +413,10 @@ class LightGBMAdapter(BoosterAdapter):
             ``scale_pos_weight`` are applied on top, as LightGBM does).
         init_score : array-like of shape (n,) or (n, K), optional
             The init score passed to training, if any (then no boost_from_average took place).
+        label_mean : float, optional
+            The Dataset-weighted label mean of the *whole* training set, when ``X`` holds only part
+            of it (a Dask partition, :mod:`influence_gbdt.distributed`): boost_from_average's init
+            score is taken from it. Default: the mean over these rows.
         """
         leaf_index = self.leaf_indices(X)
         T, n = leaf_index.shape
@@ -441,7 +447,8 @@ class LightGBMAdapter(BoosterAdapter):
         if init_score is None and self._params.get("boost_from_average", "1") == "1":
             base_refit = True
             data_w = _float32(given_w)  # LightGBM's Dataset weight
-            base = self.objective.init_score(labels, data_w, weighted)
+            base = (self.objective.init_score(labels, data_w, weighted) if label_mean is None
+                    else self.objective.init_from_mean(label_mean))
             folded = np.abs(base) > K_EPSILON  # LightGBM adds an init score only above kEpsilon
             if np.any(folded & (shrinkage[:K] != 1.0)) and lr != 1.0:
                 raise InputError(

@@ -139,7 +139,16 @@ class Objective:
             return _logit(share, 1.0)
         if self.name == "binary":
             labels = (labels > 0).astype(np.float64)
-        mean = float(np.cumsum(labels * w)[-1]) / total
+        return self.init_from_mean(float(np.cumsum(labels * w)[-1]) / total)
+
+    def init_from_mean(self, mean: float) -> NDArray[np.float64]:
+        """``BoostFromScore`` of a single-output objective from the Dataset-weighted label mean
+        (binary: of the 0/1 targets), shape (1,); for callers that hold the sums of a training set
+        split in parts (:mod:`influence_gbdt.distributed`)."""
+        if self.renewed or self.multiclass:
+            raise UnsupportedModelError(
+                f"objective {self.name!r}: its init score is not a function of the label mean."
+            )
         if self.name in ("binary", "cross_entropy"):
             return _logit(np.array([mean]), self.loss.params["sigma"])
         if self.name in ("poisson", "gamma", "tweedie"):

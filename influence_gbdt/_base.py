@@ -42,9 +42,14 @@ class BaseMargin:
     Parameters
     ----------
     ensemble : TreeEnsemble
+    sums : (P, Q), optional
+        The per-group sums ``sum_j d_j p_j`` and ``sum_j d_j q_j``, each (G, K), over a training set
+        of which ``ensemble`` holds only some rows (a partition, :mod:`influence_gbdt.distributed`);
+        default: over ``ensemble``'s rows (:attr:`sums`).
     """
 
-    def __init__(self, ensemble: TreeEnsemble) -> None:
+    def __init__(self, ensemble: TreeEnsemble,
+                 sums: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None) -> None:
         self.ensemble = e = ensemble
         self.refits = e.base_rule != "fixed"
         self._derivative: NDArray[np.float64] | None = None
@@ -62,6 +67,14 @@ class BaseMargin:
         d = e.dataset_weight[:, None]
         self._P = _group_sums(e.weight_group, d * self._p, e.n_groups)
         self._Q = _group_sums(e.weight_group, d * self._q, e.n_groups)
+        if sums is not None:
+            self._P, self._Q = sums
+
+    @property
+    def sums(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """The ratio's per-group sums (P, Q) over the training rows, each (G, K) (rules "mean" and
+        "newton_step" only)."""
+        return self._P, self._Q
 
     def _quantile_args(self) -> tuple[int, NDArray[np.float64], NDArray[np.float64], float, bool, float]:
         """The arguments of :mod:`influence_gbdt._quantile` for the labels' quantile."""

@@ -18,7 +18,101 @@ from .losses import grad_hess, vjp
 
 
 @numba.njit(cache=True, nogil=True)
-def reverse(  # noqa: C901 -- one loop nest over rounds, steps, rows and objectives
+def gather_adjoints(tb: Tables, r: int, a_bar: NDArray[np.float64], u_bar: NDArray[np.float64]) -> None:
+    """Add each row's margin adjoint ``a_bar`` (B, n, K) to its leaf in round ``r``'s trees:
+    ``u_bar[b, l - first leaf of the round] += sum_{j in l} a_bar[b, j, out[t]]``."""
+    B = u_bar.shape[0]
+    rl0 = tb.leaf_off[tb.round_ptr[r]]
+    for t in range(tb.round_ptr[r], tb.round_ptr[r + 1]):
+        c = tb.out[t]
+        for j in range(a_bar.shape[1]):
+            gl = tb.leaf_off[t] + tb.leaf[t, j] - rl0
+            for b in range(B):
+                u_bar[b, gl] += a_bar[b, j, c]
+
+
+@numba.njit(cache=True, nogil=True)
+def leaf_adjoints(
+    tb: Tables, r: int, n: int, u_bar: NDArray[np.float64], g_bar: NDArray[np.float64],
+    d_bar: NDArray[np.float64], big_w_bar: NDArray[np.float64],
+) -> None:
+    """Round ``r``'s leaf-level backward step (no rows): from ``u_bar`` (B, leaves of the round),
+    d objective / d leaf value (in place: times the learning rate, then through the steps, last to
+    first), the adjoints of each step's leaf sums, ``g_bar`` (of G) and ``d_bar`` (of H + lam),
+    (B, step-leaf slots of the round); ``big_w_bar`` (B,) gains the l2 term's share (``n`` rows)."""
+    B = u_bar.shape[0]
+    t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
+    rl0 = tb.leaf_off[t0]
+    rs0 = tb.sl_off[tb.step_ptr[t0]]
+    for t in range(t0, t1):
+        for gl in range(tb.leaf_off[t] - rl0, tb.leaf_off[t + 1] - rl0):
+            for b in range(B):
+                u_bar[b, gl] *= tb.lr[t]
+        if tb.renew[t]:
+            continue
+        for s in range(tb.n_steps[t] - 1, -1, -1):
+            o = tb.sl_off[tb.step_ptr[t] + s]
+            for lj in range(tb.leaf_off[t + 1] - tb.leaf_off[t]):
+                gl = tb.leaf_off[t] + lj - rl0
+                for b in range(B):
+                    db = tb.scales[t, s] * u_bar[b, gl]
+                    gb = db * tb.RG[o + lj]
+                    dd = db * tb.RD[o + lj]
+                    g_bar[b, o + lj - rs0] = gb
+                    d_bar[b, o + lj - rs0] = dd
+                    u_bar[b, gl] += gb * tb.SDG[o + lj]
+                    if tb.newton[t]:
+                        u_bar[b, gl] += dd * tb.SDH[o + lj]
+                    big_w_bar[b] += dd * tb.l2m[t] / n
+
+
+@numba.njit(cache=True, nogil=True)
+def row_adjoints(
+    tb: Tables, r: int, s: int, A: NDArray[np.float64], g_bar: NDArray[np.float64],
+    d_bar: NDArray[np.float64], a_bar: NDArray[np.float64], w_bar: NDArray[np.float64],
+) -> None:
+    """Step ``s`` of round ``r`` for every row of ``A`` (its margins entering the round, (n, K)):
+    add to ``w_bar`` (B, n) the adjoint of the row's weight through its leaf sums and to ``a_bar``
+    (B, n, K) that of its margins, from the step's sum adjoints ``g_bar``, ``d_bar`` (as
+    :func:`leaf_adjoints` leaves them)."""
+    B = g_bar.shape[0]
+    n, K = A.shape
+    t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
+    rs0 = tb.sl_off[tb.step_ptr[t0]]
+    z = np.empty(tb.zsize)
+    g = np.empty(K)
+    h = np.empty(K)
+    mrow = np.empty(K)
+    beta = np.empty(K)
+    gamma = np.empty(K)
+    vec = np.empty(K)
+    for j in range(n):
+        wj = tb.w[j]
+        step_point(tb, r, s, A, j, mrow, z)
+        grad_hess(tb.code, tb.prm, tb.y[j], z, g, h)
+        for b in range(B):
+            beta[:] = 0.0
+            gamma[:] = 0.0
+            acc = 0.0
+            for t in range(t0, t1):
+                c = tb.out[t]
+                k = tb.sl_off[tb.step_ptr[t] + s] + tb.leaf[t, j] - rs0
+                gb = g_bar[b, k]
+                dd = d_bar[b, k]
+                beta[c] += wj * gb
+                if tb.newton[t]:
+                    gamma[c] += wj * dd
+                    acc += gb * g[c] + dd * h[c]
+                else:
+                    acc += gb * g[c] + dd
+            w_bar[b, j] += acc
+            vjp(tb.code, tb.prm, tb.y[j], z, beta, gamma, vec)
+            for c in range(K):
+                a_bar[b, j, c] += vec[c]
+
+
+@numba.njit(cache=True, nogil=True)
+def reverse(
     tb: Tables, A_final: NDArray[np.float64], c_leaf: NDArray[np.float64]
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
     """Vector-Jacobian products of ``B`` objectives through the whole ensemble.
@@ -44,73 +138,20 @@ def reverse(  # noqa: C901 -- one loop nest over rounds, steps, rows and objecti
     u_bar = np.empty((B, most_leaves))
     g_bar = np.empty((B, most_slots))
     d_bar = np.empty((B, most_slots))
-    z = np.empty(tb.zsize)
-    g = np.empty(K)
-    h = np.empty(K)
-    mrow = np.empty(K)
-    beta = np.empty(K)
-    gamma = np.empty(K)
-    vec = np.empty(K)
     for r in range(tb.round_ptr.shape[0] - 2, -1, -1):
         t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
         rl0 = tb.leaf_off[t0]
-        rs0 = tb.sl_off[tb.step_ptr[t0]]
         n_round = tb.leaf_off[t1] - rl0
         for b in range(B):
             u_bar[b, :n_round] = c_leaf[b, rl0 : rl0 + n_round]
-        for t in range(t0, t1):
-            c = tb.out[t]
-            for j in range(n):
-                gl = tb.leaf_off[t] + tb.leaf[t, j] - rl0
-                for b in range(B):
-                    u_bar[b, gl] += a_bar[b, j, c]
-            for gl in range(tb.leaf_off[t] - rl0, tb.leaf_off[t + 1] - rl0):
-                for b in range(B):
-                    u_bar[b, gl] *= tb.lr[t]
-            if tb.renew[t]:
-                continue
-            for s in range(tb.n_steps[t] - 1, -1, -1):
-                o = tb.sl_off[tb.step_ptr[t] + s]
-                for lj in range(tb.leaf_off[t + 1] - tb.leaf_off[t]):
-                    gl = tb.leaf_off[t] + lj - rl0
-                    for b in range(B):
-                        db = tb.scales[t, s] * u_bar[b, gl]
-                        gb = db * tb.RG[o + lj]
-                        dd = db * tb.RD[o + lj]
-                        g_bar[b, o + lj - rs0] = gb
-                        d_bar[b, o + lj - rs0] = dd
-                        u_bar[b, gl] += gb * tb.SDG[o + lj]
-                        if tb.newton[t]:
-                            u_bar[b, gl] += dd * tb.SDH[o + lj]
-                        big_w_bar[b] += dd * tb.l2m[t] / n
+        gather_adjoints(tb, r, a_bar, u_bar)
+        leaf_adjoints(tb, r, n, u_bar, g_bar, d_bar, big_w_bar)
         add_round(tb, r, A, tb.stored, -1.0)
         if tb.renew[t0]:
             reverse_tree(tb, t0, A, u_bar, rl0, a_bar, w_bar)
             continue
-        for j in range(n):
-            wj = tb.w[j]
-            for s in range(tb.n_steps[t0]):
-                step_point(tb, r, s, A, j, mrow, z)
-                grad_hess(tb.code, tb.prm, tb.y[j], z, g, h)
-                for b in range(B):
-                    beta[:] = 0.0
-                    gamma[:] = 0.0
-                    acc = 0.0
-                    for t in range(t0, t1):
-                        c = tb.out[t]
-                        k = tb.sl_off[tb.step_ptr[t] + s] + tb.leaf[t, j] - rs0
-                        gb = g_bar[b, k]
-                        dd = d_bar[b, k]
-                        beta[c] += wj * gb
-                        if tb.newton[t]:
-                            gamma[c] += wj * dd
-                            acc += gb * g[c] + dd * h[c]
-                        else:
-                            acc += gb * g[c] + dd
-                    w_bar[b, j] += acc
-                    vjp(tb.code, tb.prm, tb.y[j], z, beta, gamma, vec)
-                    for c in range(K):
-                        a_bar[b, j, c] += vec[c]
+        for s in range(tb.n_steps[t0]):
+            row_adjoints(tb, r, s, A, g_bar, d_bar, a_bar, w_bar)
     a0_bar = np.zeros((B, K))
     for b in range(B):
         for j in range(n):

@@ -115,17 +115,24 @@ class InfluenceEngine:
         margin = self._A0.copy()
         K.replay(self._tables, margin)
         self._margin = margin
-        self.leaf_values: NDArray[np.float64] = self._tables.values
         self.n_steps: NDArray[np.int64] = self._tables.n_steps
         self.step_scales: NDArray[np.float64] = self._tables.scales
         self.train_margin: NDArray[np.float64] = margin[:, 0] if e.n_outputs == 1 else margin
-        diff = np.abs(self.leaf_values - e.leaf_values)
+        self._set_leaf_values(self._tables.values)
+        self._group_v = np.bincount(e.weight_group, e.user_weight, e.n_groups)
+        self._base = BaseMargin(e)
+
+    def _set_leaf_values(self, values: NDArray[np.float64]) -> None:
+        """Take ``values`` (n_total,) as the recomputed leaf values and measure the residuals. The
+        distributed engine (:mod:`influence_gbdt.distributed`) sets those it recomputed from all
+        partitions."""
+        e = self.ensemble
+        self.leaf_values: NDArray[np.float64] = values
+        diff = np.abs(values - e.leaf_values)
         self.tree_residual: NDArray[np.float64] = np.maximum.reduceat(diff, e.leaf_offset[:-1])
         self.residual = float(diff.max())
         scale = float(np.abs(e.leaf_values).max())
         self.relative_residual = self.residual / scale if scale > 0 else self.residual
-        self._group_v = np.bincount(e.weight_group, e.user_weight, e.n_groups)
-        self._base = BaseMargin(e)
 
     # ------------------------------------------------------------------------------------------
     # Self-check and predictions.

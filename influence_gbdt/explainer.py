@@ -15,6 +15,7 @@ import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 from tqdm.auto import tqdm
 
+from . import distributed
 from .engine import InfluenceEngine, TestPoints
 from .errors import InputError, LongRunWarning, NotFittedError
 from .inputs import check_choice, check_rows, check_table, is_integer, is_sparse, n_columns
@@ -226,6 +227,8 @@ class BoostingInfluence:
         """
         self._forget_fit()
         self._check_settings()
+        if distributed.is_dask_collection(X):  # training set on a Dask cluster
+            return distributed.fit_explainer(self, X, y, sample_weight, init_score)
         from influence_gbdt.adapters import adapter_for
 
         X = check_table(X, "X")
@@ -308,6 +311,8 @@ class BoostingInfluence:
         self._check_settings()
         check_choice("on", on, ("loss", "prediction"))
         check_choice("aggregate", aggregate, _AGGREGATES)
+        if isinstance(engine, distributed.DistributedEngine):  # fitted on Dask: a Dask array
+            return distributed.score_explainer(self, X, y, aggregate, training_points, on, init_score)
         test = self._test_points(X, y, on, init_score)
         column = self._output_index(on, output)
         rows = engine.resolve_rows(training_points)
