@@ -44,12 +44,13 @@ def main() -> None:
     one = ex.score_training_points(X_test.iloc[[j]], y_test[[j]])[X_test.index[j]]
     _, ax = plt.subplots(figsize=(9, 5), layout="constrained")
     plot_top_rows(one, X, y, n=6, features=["age", "education-num", "capital-gain"], ax=ax)
-    ax.set_title(f"Test row {j} (label {y_test[j]}, P(>50K) = {p[j]:.2f}): most harmful / helpful rows")
+    ax.set_title(f"Test row {j} (label {y_test[j]}, P(>50K) = {p[j]:.2f}):\n"
+                 "most harmful (top) and helpful rows")
     save(ax, "top_rows.png")
     mean = ex.score_training_points(X_test, y_test, aggregate="mean")
     save(plot_score_distribution(mean, np.where(y == 1, ">50K", "<=50K")), "score_distribution.png")
     curve = removal_curve(recipe, X, y, X_test, y_test, sizes=(5, 10, 20, 40), test_point=j, model=model,
-                          n_random=3, progress=False)
+                          methods=[("leaf_influence", "all_points", None)], n_random=3, progress=False)
     save(plot_removal_curve(curve, target="target_reduction"), "removal_curve.png")
 
 

@@ -82,7 +82,7 @@ class BoostingInfluence:
     n_train_ : int
         Number of training rows.
     reproduction_residual_ : float
-        max |recomputed - stored| leaf value / max |stored| leaf value found by the self-check.
+        ``max |recomputed - stored| leaf value / max |stored| leaf value`` found by the self-check.
 
     Examples
     --------
