@@ -29,6 +29,7 @@ nb_execution_mode = "force"
 nb_execution_raise_on_error = True
 nb_execution_timeout = 600
 nb_merge_streams = True
+nb_output_stderr = "remove"  # tqdm.auto's notebook notice; errors still fail the build
 myst_enable_extensions = ["colon_fence", "dollarmath"]
 myst_heading_anchors = 3
 
