@@ -109,7 +109,7 @@ def test_regressors_are_scored(fitted: tuple) -> None:
     model = regressor(library, X, y)
     y_test = X_test["a"].to_numpy() * 2
     S = BoostingInfluence(model, progress=False).fit(X, y).score_training_points(X_test, y_test)
-    assert S.shape == (len(X), len(X_test)) and np.isfinite(S).all()
+    assert S.shape == (len(X), len(X_test)) and np.isfinite(S.to_numpy()).all()
 
 
 def test_errors_say_what_is_wrong(fitted: tuple) -> None:
