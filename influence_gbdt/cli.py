@@ -207,12 +207,42 @@ def _explainer(args: argparse.Namespace, model: Any) -> Any:
     )
 
 
+def _keyed(frame: pd.DataFrame, id_column: str | None, what: str) -> pd.DataFrame:
+    """``frame`` indexed by its ``--id`` column (which then is no feature), or as read."""
+    if id_column is None:
+        return frame
+    if id_column not in frame.columns:
+        raise InputError(
+            f"The {what} data has no --id column {id_column!r} (columns: {list(frame.columns)})."
+        )
+    if frame[id_column].duplicated().any():
+        twice = frame[id_column][frame[id_column].duplicated()].iloc[0]
+        raise InputError(
+            f"The --id column {id_column!r} of the {what} data repeats {twice!r}: ids must be unique."
+        )
+    return frame.set_index(id_column)
+
+
+def _results_table(scores: Any, label: str, y: Any, id_column: str | None) -> pd.DataFrame:
+    """One line per training row keyed by its id (``row``: its position, without ``--id``); then the
+    score (aggregated) or one ``test_<id>`` column per test point."""
+    if isinstance(scores, pd.Series):
+        table = scores.to_frame("score")
+        table[label] = np.asarray(y)
+    else:
+        table = scores.set_axis([f"test_{c}" for c in scores.columns], axis=1)
+    return table.rename_axis(id_column or "row").reset_index()
+
+
 def _cmd_score(args: argparse.Namespace) -> int:
-    if args.output:
-        check_output(args.output)
+    for path in (args.output, args.plot):
+        if path:
+            check_output(path)
+    if args.plot:
+        require("matplotlib", "plot", "--plot")
     model = load_model(args.model)
-    X, y, w = _split(read_table(args.train), args.label, args.weight, "training")
-    test = read_table(args.test)
+    X, y, w = _split(_keyed(read_table(args.train), args.id, "training"), args.label, args.weight, "training")
+    test = _keyed(read_table(args.test), args.id, "test")
     has_labels = args.label in test.columns
     on = args.on or ("loss" if has_labels else "prediction")
     if on == "loss" and not has_labels:
@@ -229,15 +259,17 @@ def _cmd_score(args: argparse.Namespace) -> int:
     aggregate = None if args.per_test_point else args.aggregate
     scores = ex.score_training_points(X_test, y_test if on == "loss" else None, aggregate=aggregate, on=on,
                                       output=_output(ex, args.output_class))
-    if scores.ndim == 1:
-        table = pd.DataFrame({"row": np.arange(scores.size), "score": scores, args.label: y})
-    else:
-        table = pd.DataFrame(scores, columns=[f"test_{j}" for j in range(scores.shape[1])])
-        table.insert(0, "row", np.arange(scores.shape[0]))
     if args.output:
+        table = _results_table(scores, args.label, y, args.id)
         write_table(table, args.output)
         print(f"Wrote {table.shape[0]} rows x {table.shape[1]} columns to {args.output}.")
-    _print_top(args, on, scores, X, y)
+    overall = scores if scores.ndim == 1 else scores.mean(axis=1)
+    if args.plot:
+        from .plots import save_summary
+
+        save_summary(overall, X, y, args.plot, on=on, n=args.top or 10)
+        print(f"Wrote the plot to {args.plot}.")
+    _print_top(args, on, overall, scores.ndim == 1, X, y)
     return 0
 
 
@@ -261,21 +293,23 @@ def _output(ex: Any, text: str | None) -> Any:
         ) from None
 
 
-def _print_top(args: argparse.Namespace, on: str, scores: np.ndarray, X: pd.DataFrame, y: Any) -> None:
-    overall = scores if scores.ndim == 1 else scores.mean(axis=1)
-    what = f"{args.aggregate} test {on}" if scores.ndim == 1 else f"mean over test points of the {on}"
+def _print_top(
+    args: argparse.Namespace, on: str, overall: pd.Series, aggregated: bool, X: pd.DataFrame, y: Any
+) -> None:
+    what = f"{args.aggregate} test {on}" if aggregated else f"mean over test points of the {on}"
     if on == "loss":
         headings = (f"Most harmful training rows ({what}; score > 0 = harmful):",
                     f"Most helpful training rows ({what}; score < 0 = helpful):")
     else:
         headings = (f"Training rows that raise the prediction most ({what}; score > 0 = raises it):",
                     f"Training rows that lower the prediction most ({what}; score < 0 = lowers it):")
-    for heading, order in zip(headings, (np.argsort(-overall), np.argsort(overall)), strict=True):
+    values = overall.to_numpy()
+    for heading, order in zip(headings, (np.argsort(-values), np.argsort(values)), strict=True):
         top = order[: args.top]
         shown = X.iloc[top].copy()
         shown.insert(0, args.label, np.asarray(y)[top])
-        shown.insert(0, "score", overall[top])
-        shown.insert(0, "row", top)
+        shown.insert(0, "score", values[top])
+        shown.insert(0, args.id or "row", X.index[top])
         print(f"\n{heading}")
         print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
 
@@ -369,6 +403,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="with --on prediction on a multiclass or multi-target model: the class label "
                             "(or output index) whose raw prediction is scored")
     score.add_argument("--top", type=_count(0), default=10, help="rows to print per kind (default 10)")
+    score.add_argument("--id", help="column of both data files that names the rows (not a feature): the "
+                                    "output is keyed by it instead of by row position")
+    score.add_argument("--plot", help="draw the most harmful/helpful rows and the scores by label to this "
+                                      "image (.png, .svg, .pdf; needs matplotlib)")
     score.set_defaults(run=_cmd_score)
 
     check = sub.add_parser("check", help="check that a model is supported and reproduced by its data")

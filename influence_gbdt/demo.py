@@ -85,11 +85,11 @@ def run_demo(
 
     t0 = time.perf_counter()
     explainer = BoostingInfluence(model, progress=progress).fit(X, y_noisy)
-    mean_scores = explainer.score_training_points(X_test, y_test, aggregate="mean")
+    mean_scores = np.asarray(explainer.score_training_points(X_test, y_test, aggregate="mean"))
     p_test = model.predict_proba(X_test)[:, 1]
     test_loss = -np.log(np.where(y_test == 1, p_test, 1 - p_test))
     worst = np.argsort(-test_loss)[:n_worst]
-    per_point = explainer.score_training_points(X_test.iloc[worst], y_test[worst])
+    per_point = np.asarray(explainer.score_training_points(X_test.iloc[worst], y_test[worst]))
     scored = time.perf_counter() - t0
     echo(f"Self-check passed (relative residual {explainer.reproduction_residual_:.1e}); "
          f"exact influence of all {y.size} rows on the mean test loss and on {n_worst} test points "

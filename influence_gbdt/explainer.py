@@ -19,6 +19,7 @@ from . import distributed
 from .engine import InfluenceEngine, TestPoints
 from .errors import InputError, LongRunWarning, NotFittedError
 from .inputs import check_choice, check_rows, check_table, is_integer, is_sparse, n_columns
+from .results import Scores, keyed_table, row_labels, tidy_scores
 from .tabular import n_rows, take_rows
 
 _METHODS = ("leaf_influence", "leaf_refit")
@@ -88,7 +89,7 @@ class BoostingInfluence:
     n_train_ : int
         Number of training rows.
     reproduction_residual_ : float
-        max |recomputed - stored| leaf value / max |stored| leaf value found by the self-check.
+        ``max |recomputed - stored| leaf value / max |stored| leaf value`` found by the self-check.
 
     Examples
     --------
@@ -264,7 +265,7 @@ class BoostingInfluence:
         on: Literal["loss", "prediction"] = "loss",
         output: Any = None,
         init_score: ArrayLike | None = None,
-    ) -> NDArray[np.float64]:
+    ) -> Scores:
         """Score training rows by their influence on the test points ``X``.
 
         Parameters
@@ -294,6 +295,9 @@ class BoostingInfluence:
         Returns
         -------
         ndarray of shape (n_scored, n_test), or (n_scored,) when aggregated, float64.
+            When ``fit`` was given a DataFrame: a DataFrame indexed by the training rows' own index
+            labels, with the test points' index (or 0 .. n_test-1) as columns; a Series named
+            ``score`` when aggregated (see :mod:`influence_gbdt.results`).
 
         Raises
         ------
@@ -318,7 +322,7 @@ class BoostingInfluence:
         rows = engine.resolve_rows(training_points)
         m = np.asarray(test.leaf_index).shape[1]
         if rows.size == 0:
-            return np.empty((0,) if aggregate else (0, m))
+            return tidy_scores(np.empty((0,) if aggregate else (0, m)), self._train_index(), rows, X)
         use_reverse = self.method == "leaf_influence" and engine.uses_reverse(
             self.update_set, rows.size, m, aggregate)
         chunk = self._chunk_size(engine, rows.size, m, aggregate, use_reverse)
@@ -327,11 +331,12 @@ class BoostingInfluence:
         with tqdm(total=total, disable=not self.progress, desc=f"{self.method} ({self.update_set})",
                   unit=unit, leave=False) as bar:
             scorer = engine.leaf_influence if self.method == "leaf_influence" else engine.leaf_refit
-            return scorer(
+            scores = scorer(
                 test, rows=rows, update_set=self.update_set, k=k,
                 refit_base=self.base_score == "refit", on=on, aggregate=aggregate, output=column,
                 chunk_size=chunk, progress=_Progress(bar, total, unit, self._speedup_advice()),
             )
+        return tidy_scores(scores, self._train_index(), rows, X)
 
     def top_training_points(
         self,
@@ -355,9 +360,10 @@ class BoostingInfluence:
 
         Returns
         -------
-        DataFrame with columns ``row`` (training row index), ``score``, ``label`` (as passed to
+        DataFrame with columns ``row`` (training row position), ``score``, ``label`` (as passed to
         :meth:`fit`) and the row's features, sorted from the most influential down. A feature whose
-        name is one of ``row``, ``score``, ``label`` is shown as ``feature:<name>``.
+        name is one of ``row``, ``score``, ``label`` is shown as ``feature:<name>``. Its index is the
+        rows' own index labels when ``fit`` was given a DataFrame (else 0 .. n-1).
         """
         if not is_integer(n) or n < 0:
             raise InputError(f"n must be an integer >= 0 (the rows to return), got {n!r}.")
@@ -368,14 +374,27 @@ class BoostingInfluence:
         score_kwargs.setdefault("aggregate", "mean")
         if score_kwargs["aggregate"] is None:
             raise InputError("top_training_points needs one score per row: aggregate 'mean' or 'sum'.")
-        scores = self.score_training_points(X, y, **score_kwargs)
+        scores = np.asarray(self.score_training_points(X, y, **score_kwargs))
         rows = self.engine_.resolve_rows(score_kwargs.get("training_points"))
         order = np.argsort(-scores if kind == "harmful" else scores, kind="stable")[: int(n)]
         picked = rows[order]
         head = pd.DataFrame({"row": picked, "score": scores[order], "label": self._y_train[picked]})
         features = self._training_features(picked)
         features.columns = _free_names(list(features.columns), _TABLE_COLUMNS)
-        return pd.concat([head, features], axis=1)
+        return keyed_table(pd.concat([head, features], axis=1), self._train_index(), picked)
+
+    def find_label_issues(
+        self, X_test: Any = None, y_test: ArrayLike | None = None, **kwargs: Any
+    ) -> pd.DataFrame:
+        """Training rows most likely mislabeled, most suspicious first, with their influence on the
+        test loss when ``X_test``, ``y_test`` (trusted labels) are given.
+
+        See :func:`influence_gbdt.label_noise.find_label_issues` for the options (``n``, ``rank_by``)
+        and the table returned, and the "Label noise" docs page for when influence adds value.
+        """
+        from .label_noise import find_label_issues
+
+        return find_label_issues(self, X_test, y_test, **kwargs)
 
     # ------------------------------------------------------------------------------------------
 
@@ -533,6 +552,9 @@ class BoostingInfluence:
                 "method='leaf_influence', which scores every row at once."
             )
         return "Interrupt it and use update_set='all_points' (exact, reverse mode), or fewer training_points."
+
+    def _train_index(self) -> pd.Index | None:
+        return row_labels(self._X_train)
 
     def _training_features(self, rows: NDArray[np.int64]) -> pd.DataFrame:
         """The features of training ``rows`` as a DataFrame (DataFrame columns, or 0 .. p-1)."""

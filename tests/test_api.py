@@ -31,7 +31,11 @@ def test_scores_have_documented_shapes_and_agree_across_input_types(fitted: tupl
     _, model, X, y, X_test, y_test = fitted
     ex = BoostingInfluence(model, progress=False)
     assert ex.fit(X, y) is ex
-    S = ex.score_training_points(X_test, y_test)
+    S_frame = ex.score_training_points(X_test, y_test)
+    # DataFrames in: a DataFrame out, keyed by the training index (rows) and the test index (columns).
+    assert isinstance(S_frame, pd.DataFrame)
+    assert S_frame.index.equals(X.index) and S_frame.columns.equals(X_test.index)
+    S = S_frame.to_numpy()
     assert S.shape == (len(X), len(X_test)) and S.dtype == np.float64
     assert ex.n_train_ == len(X) and ex.n_features_in_ == 4
     assert list(ex.feature_names_in_) == ["a", "b", "c", "d"]
@@ -43,6 +47,7 @@ def test_scores_have_documented_shapes_and_agree_across_input_types(fitted: tupl
         .fit(X.to_numpy(), y)
         .score_training_points(X_test.to_numpy(), y_test)
     )
+    assert isinstance(S_np, np.ndarray)  # NumPy in, NumPy out
     np.testing.assert_allclose(S_np, S, rtol=1e-12, atol=1e-15)
     mean = ex.score_training_points(X_test, y_test, aggregate="mean")
     np.testing.assert_allclose(mean, S.mean(axis=1), rtol=1e-9, atol=1e-15)
@@ -119,7 +124,7 @@ def test_regressors_are_scored(fitted: tuple) -> None:
     model = regressor(library, X, y)
     y_test = X_test["a"].to_numpy() * 2
     S = BoostingInfluence(model, progress=False).fit(X, y).score_training_points(X_test, y_test)
-    assert S.shape == (len(X), len(X_test)) and np.isfinite(S).all()
+    assert S.shape == (len(X), len(X_test)) and np.isfinite(S.to_numpy()).all()
 
 
 def test_errors_say_what_is_wrong(fitted: tuple) -> None:
@@ -226,7 +231,7 @@ def test_exact_influence_is_the_same_in_forward_and_reverse_mode(fitted: tuple) 
     rows = [3, 7, 11]
     assert ex.engine_.uses_reverse("all_points", len(y), len(y_test), None)
     assert not ex.engine_.uses_reverse("all_points", len(rows), len(y_test), None)
-    reverse = ex.score_training_points(X_test, y_test)[rows]
+    reverse = ex.score_training_points(X_test, y_test).to_numpy()[rows]
     forward = ex.score_training_points(X_test, y_test, training_points=rows)
     np.testing.assert_allclose(forward, reverse, rtol=1e-9, atol=1e-12 * np.abs(reverse).max())
 
@@ -277,14 +282,17 @@ def test_scikit_learn_clone_tags_and_fitted_check(fitted: tuple) -> None:
 def test_pandas_labels_are_matched_by_position_and_a_misaligned_index_is_refused(fitted: tuple) -> None:
     _, model, X, y, X_test, y_test = fitted
     ex = BoostingInfluence(model, progress=False).fit(X, y)
-    S = ex.score_training_points(X_test, y_test)
+    S = ex.score_training_points(X_test, y_test).to_numpy()
     # A test set with a shuffled index, as train_test_split leaves it.
     order = np.random.default_rng(0).permutation(len(X_test))
     Xs = X_test.iloc[order]
     ys = pd.Series(y_test[order], index=Xs.index)
-    np.testing.assert_array_equal(ex.score_training_points(Xs, ys), S[:, order])
+    shuffled = ex.score_training_points(Xs, ys)
+    np.testing.assert_array_equal(shuffled, S[:, order])
+    assert shuffled.columns.equals(Xs.index)  # each column keeps its test point's own label
     j = int(np.flatnonzero(order != np.arange(len(order)))[0])
-    np.testing.assert_array_equal(ex.score_training_points(Xs.iloc[[j]], ys.iloc[[j]])[:, 0], S[:, order[j]])
+    one = ex.score_training_points(Xs.iloc[[j]], ys.iloc[[j]])
+    np.testing.assert_array_equal(one[Xs.index[j]], S[:, order[j]])
     # ys[[j]] selects by label, i.e. another row than Xs.iloc[[j]]: refused, not silently scored.
     with pytest.raises(InputError, match="y's index differs from X's"):
         ex.score_training_points(Xs.iloc[[j]], ys[[j]])

@@ -193,3 +193,34 @@ def test_version_and_help_for_every_option(capsys: pytest.CaptureFixture) -> Non
     for name, sub in subparsers.choices.items():
         for action in sub._actions:
             assert action.help, f"{name} {action.option_strings or action.dest} has no help text"
+
+
+def test_score_keys_rows_by_an_id_and_draws_a_plot(files: tuple, capsys: pytest.CaptureFixture) -> None:
+    pytest.importorskip("matplotlib")
+    _, path, params, train, test, directory = files
+    plain = directory / "plain.csv"
+    assert main(["score", *_model_args(path, params, train), "--test", str(test), "-o", str(plain)]) == 0
+    # The same data with a text id column (not a feature) in both files, the training rows shuffled
+    # in the id space but not in order: the output is keyed by the ids, the scores unchanged.
+    frame = pd.read_csv(train)
+    ids = np.random.default_rng(0).permutation(len(frame))
+    keyed_train = directory / "keyed_train.csv"
+    frame.assign(case=[f"c{i}" for i in ids]).to_csv(keyed_train, index=False)
+    test_frame = pd.read_parquet(test)
+    keyed_test = directory / "keyed_test.csv"
+    test_frame.assign(case=[f"t{i}" for i in range(len(test_frame))]).to_csv(keyed_test, index=False)
+    keyed, image = directory / "keyed.csv", directory / "top.png"
+    argv = ["score", *_model_args(path, params, keyed_train), "--test", str(keyed_test), "--id", "case",
+            "-o", str(keyed), "--plot", str(image), "--top", "4"]
+    assert main(argv) == 0
+    table, reference = pd.read_csv(keyed), pd.read_csv(plain)
+    assert list(table.columns) == ["case", "score", "label"]
+    assert list(table["case"]) == [f"c{i}" for i in ids]
+    np.testing.assert_allclose(table["score"], reference["score"], rtol=1e-12, atol=1e-15)
+    assert image.read_bytes().startswith(b"\x89PNG")
+    wide = directory / "keyed_wide.csv"
+    assert main([*argv[:-6], "-o", str(wide), "--per-test-point"]) == 0
+    assert list(pd.read_csv(wide).columns[:3]) == ["case", "test_t0", "test_t1"]
+    capsys.readouterr()
+    assert main([*argv[:-6], "--id", "nothing"]) == 2
+    assert "no --id column 'nothing'" in capsys.readouterr().err

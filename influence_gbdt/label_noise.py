@@ -1,0 +1,177 @@
+"""Finding mislabeled training rows: self-influence and the label-issue workflow.
+
+:func:`self_influence` scores how strongly each training row pulls the model toward its own label:
+the change of the row's *own* loss when it is down-weighted (``leaf_influence``) or deleted
+(``leaf_refit``), with each tree's structure fixed. A mislabeled row has to be fitted against its
+neighbours, so it pulls harder than a clean one.
+
+:func:`find_label_issues` ranks the training rows of a fitted :class:`BoostingInfluence` by a
+suspicion score (the workflow that ``benchmarks/label_noise.py`` found best, see the docs page
+"Label noise") and reports, next to it, each row's exact influence on the test loss when test data
+is given: whether *removing* the suspect would help the predictions you care about.
+
+Sign conventions: suspicion and self-influence > 0 = more suspicious; ``test_influence`` > 0 =
+harmful to the test loss (as everywhere in influence-gbdt).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import pandas as pd
+from numpy.typing import ArrayLike, NDArray
+
+from .errors import InputError
+from .inputs import check_choice, is_integer
+from .results import keyed_table
+
+if TYPE_CHECKING:
+    from .engine import InfluenceEngine
+    from .explainer import BoostingInfluence
+
+Signal = Literal["disagreement", "self_influence", "test_influence"]
+_SIGNALS = ("disagreement", "self_influence", "test_influence")
+
+
+def self_influence(
+    engine: InfluenceEngine,
+    rows: ArrayLike | None = None,
+    method: Literal["leaf_influence", "leaf_refit"] = "leaf_influence",
+    update_set: Literal["single_point", "top_k_leaves", "all_points"] = "single_point",
+    k: int | None = None,
+    refit_base: bool = True,
+    chunk_size: int = 512,
+) -> NDArray[np.float64]:
+    """How much each training row lowers its *own* loss, with tree structures fixed.
+
+    Parameters
+    ----------
+    engine : InfluenceEngine
+        A fitted explainer's ``engine_`` (single-output models: binary or regression).
+    rows : array-like of int or bool mask of shape (n_train,), optional
+        Training rows to score; default all.
+    method : {"leaf_influence", "leaf_refit"}
+        ``leaf_influence``: ``-dL(y_i, F(x_i)) / dv_i`` per unit of the row's weight ``v_i``;
+        ``leaf_refit``: ``L(y_i, F_without_i(x_i)) - L(y_i, F(x_i))``.
+    update_set : {"single_point", "top_k_leaves", "all_points"}
+        As in :class:`BoostingInfluence`. ``single_point`` (default) costs O(trees) per row, so all
+        rows of a large data set are scored in seconds; ``all_points`` is exact but costs
+        O(trees x n_train) per row.
+    k : int, optional
+        Leaves per tree for ``top_k_leaves``.
+    refit_base : bool
+        Let the initial margin move as the booster would re-estimate it.
+    chunk_size : int
+        Rows per batch (memory: ``chunk_size x total leaves`` floats).
+
+    Returns
+    -------
+    ndarray of shape (n_scored,), float64: > 0 = the row pulls the model toward its own label
+    (the larger, the more suspicious).
+
+    Raises
+    ------
+    InputError
+        A model with several outputs (multiclass, multi-target): not supported here yet.
+    """
+    e = engine.ensemble
+    if e.n_outputs != 1:
+        raise InputError(
+            f"Self-influence is implemented for single-output models (binary, regression); this model "
+            f"has {e.n_outputs} outputs."
+        )
+    check_choice("method", method, ("leaf_influence", "leaf_refit"))
+    idx = engine.resolve_rows(rows)
+    leaves = e.leaf_index.astype(np.int64) + e.leaf_offset[:-1, None]  # (T, n) global leaf numbers
+    margin = np.asarray(engine.train_margin, dtype=np.float64).reshape(-1)
+    out = np.empty(idx.size)
+    for start in range(0, idx.size, max(1, int(chunk_size))):  # batches of rows, vectorized within
+        chunk = idx[start:start + max(1, int(chunk_size))]
+        cols = np.arange(chunk.size)[None, :]
+        if method == "leaf_influence":
+            d_values, d_base = engine.leaf_value_derivatives(chunk, update_set, k, refit_base)
+            d_margin = d_values[cols, leaves[:, chunk]].sum(axis=0) + np.reshape(d_base, -1)
+            grad = e.loss.gradients(e.y[chunk], margin[chunk, None])[:, 0]
+            out[start:start + chunk.size] = -grad * d_margin
+        else:
+            values, base = engine.refit_leaf_values(chunk, update_set, k, refit_base)
+            delta = values - engine.leaf_values[None, :]
+            new_margin = margin[chunk] + delta[cols, leaves[:, chunk]].sum(axis=0) + (
+                np.reshape(base, -1) - e.base_margin[0])
+            y = e.y[chunk]
+            out[start:start + chunk.size] = e.loss.values(y, new_margin[:, None]) - e.loss.values(
+                y, margin[chunk, None])
+    return out
+
+
+def disagreement(engine: InfluenceEngine) -> NDArray[np.float64]:
+    """The model's own loss on each training row, ``L(y_i, F(x_i))``, shape (n_train,).
+
+    For log loss this ranks rows exactly as ``1 - P(label)`` does (the model disagrees with the
+    label): the strongest simple detector of flipped labels (see the "Label noise" docs page).
+    """
+    e = engine.ensemble
+    if e.n_outputs != 1:
+        raise InputError(
+            f"disagreement is implemented for single-output models; this one has {e.n_outputs} outputs."
+        )
+    return np.asarray(e.loss.values(e.y, np.asarray(engine.train_margin).reshape(-1, 1)), dtype=np.float64)
+
+
+def find_label_issues(
+    explainer: BoostingInfluence,
+    X_test: Any = None,
+    y_test: ArrayLike | None = None,
+    *,
+    n: int | None = None,
+    rank_by: Signal = "disagreement",
+    self_influence_method: Literal["leaf_influence", "leaf_refit"] = "leaf_influence",
+) -> pd.DataFrame:
+    """Training rows most likely mislabeled, most suspicious first.
+
+    Parameters
+    ----------
+    explainer : BoostingInfluence
+        Fitted.
+    X_test, y_test : optional
+        Held-out rows with trusted labels. When given, every row's exact influence on their mean
+        loss is reported (``test_influence``, > 0 = removing the row lowers the test loss).
+    n : int, optional
+        Rows to return; default all.
+    rank_by : {"disagreement", "self_influence", "test_influence"}
+        The suspicion score. ``"disagreement"`` (default): the model's own loss on the row, the best
+        detector of flipped labels measured on Adult. ``"self_influence"``: :func:`self_influence`.
+        ``"test_influence"``: the influence on the test loss (needs ``X_test``, ``y_test``); ranks the
+        rows whose removal helps the test loss most, mislabeled or not.
+    self_influence_method : {"leaf_influence", "leaf_refit"}
+        For ``rank_by="self_influence"`` (single-point update set, a few seconds on 30k rows).
+
+    Returns
+    -------
+    DataFrame, one line per training row, sorted by ``suspicion`` (descending), indexed like the
+    training data of ``fit`` (its index when it was a DataFrame); columns ``row`` (position),
+    ``suspicion``, ``label``, ``disagreement``, ``test_influence`` (with test data) and
+    ``self_influence`` (when ranked by it).
+    """
+    check_choice("rank_by", rank_by, _SIGNALS)
+    if n is not None and (not is_integer(n) or n < 0):
+        raise InputError(f"n must be an integer >= 0 (the rows to return), got {n!r}.")
+    if (X_test is None) != (y_test is None):
+        raise InputError("Pass both X_test and y_test (trusted held-out rows), or neither.")
+    if rank_by == "test_influence" and X_test is None:
+        raise InputError("rank_by='test_influence' needs X_test and y_test with trusted labels.")
+    engine = explainer._fitted_engine()
+    columns: dict[str, NDArray[Any]] = {"disagreement": disagreement(engine)}
+    if X_test is not None:
+        scores = explainer.score_training_points(X_test, y_test, aggregate="mean")
+        columns["test_influence"] = np.asarray(scores, dtype=np.float64)
+    if rank_by == "self_influence":
+        columns["self_influence"] = self_influence(
+            engine, method=self_influence_method, refit_base=explainer.base_score == "refit")
+    suspicion = columns[rank_by]
+    order = np.argsort(-suspicion, kind="stable")[: None if n is None else int(n)]
+    table = pd.DataFrame({"row": order, "suspicion": suspicion[order], "label": explainer._y_train[order]})
+    for name, values in columns.items():
+        table[name] = values[order]
+    return keyed_table(table, explainer._train_index(), order)

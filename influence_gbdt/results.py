@@ -1,0 +1,69 @@
+"""Tidy results: scores keyed by the user's own row labels when the inputs were pandas.
+
+A user who passes DataFrames expects their index back, as scikit-learn's ``set_output`` and shap do:
+a score must be findable by the training row's own label, not only by its position. These helpers
+wrap the engine's arrays; they never change a number. NumPy (or sparse) inputs give NumPy out.
+
+Sign convention (unchanged by the wrapping): a score > 0 means the training row is harmful.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+#: What :meth:`BoostingInfluence.score_training_points` returns.
+Scores = NDArray[np.float64] | pd.Series | pd.DataFrame
+
+
+def row_labels(X: Any) -> pd.Index | None:
+    """The index of a pandas ``X``, or None for anything else (NumPy, sparse, lists)."""
+    return X.index if isinstance(X, (pd.DataFrame, pd.Series)) else None
+
+
+def tidy_scores(
+    scores: NDArray[np.float64], train_index: pd.Index | None, rows: NDArray[np.int64], X_test: Any
+) -> Scores:
+    """Key ``scores`` by the training rows' labels (and the test points' labels).
+
+    Parameters
+    ----------
+    scores : ndarray of shape (n_scored,) or (n_scored, n_test)
+        Scores of training rows ``rows`` (positions), as the engine returns them.
+    train_index : pandas Index of length n_train, or None
+        The index of the ``X`` given to ``fit``; None when that ``X`` was not pandas.
+    rows : ndarray of int of shape (n_scored,)
+        The positions of the scored training rows.
+    X_test : the test rows as the user passed them (their index names the columns).
+
+    Returns
+    -------
+    ``scores`` unchanged when ``train_index`` is None; else a Series (1-D) indexed by
+    ``train_index[rows]``, or a DataFrame (2-D) with that index and the test points' index as
+    columns (positions 0 .. n_test-1 when ``X_test`` is not pandas). Named ``"score"`` (Series) and
+    with index names ``train`` / ``test`` where the user's index has no name.
+    """
+    if train_index is None:
+        return scores
+    index = train_index[rows]
+    if index.name is None:
+        index = index.rename("train")
+    if scores.ndim == 1:
+        return pd.Series(scores, index=index, name="score")
+    columns = row_labels(X_test)
+    columns = pd.RangeIndex(scores.shape[1]) if columns is None else columns
+    if columns.name is None:
+        columns = columns.rename("test")
+    return pd.DataFrame(scores, index=index, columns=columns)
+
+
+def keyed_table(table: pd.DataFrame, train_index: pd.Index | None, rows: NDArray[np.int64]) -> pd.DataFrame:
+    """``table`` (one line per training row ``rows``) indexed by those rows' own labels; unchanged
+    (a 0 .. n-1 index) when ``train_index`` is None."""
+    if train_index is None:
+        return table
+    table.index = train_index[rows]
+    return table

@@ -1,0 +1,95 @@
+"""Plots: each draws on the Axes it is given (or a new one), labels it, and saves as an image."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+matplotlib = pytest.importorskip("matplotlib")
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from influence_gbdt import InputError  # noqa: E402
+from influence_gbdt.demo import roc_auc  # noqa: E402
+from influence_gbdt.plots import (  # noqa: E402
+    plot_noise_roc,
+    plot_removal_curve,
+    plot_score_distribution,
+    plot_top_rows,
+    roc_curve,
+    save_summary,
+)
+
+
+@pytest.fixture
+def data() -> tuple[pd.Series, pd.DataFrame, np.ndarray]:
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({"age": rng.integers(18, 80, 60), "job": rng.choice(["a", "b"], 60),
+                      "hours": rng.normal(40, 5, 60)}, index=[f"r{i}" for i in range(60)])
+    y = rng.integers(0, 2, 60)
+    return pd.Series(rng.normal(size=60), index=X.index), X, y
+
+
+def _saved(ax: plt.Axes, tmp_path) -> bytes:
+    path = tmp_path / "figure.png"
+    ax.figure.savefig(path)
+    plt.close(ax.figure)
+    return path.read_bytes()
+
+
+def _labelled(ax: plt.Axes) -> None:
+    assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
+
+
+def test_top_rows_shows_the_extremes_with_their_own_keys(data, tmp_path) -> None:
+    scores, X, y = data
+    ax = plot_top_rows(scores, X, y, n=3, features=["age", "job"])
+    _labelled(ax)
+    ticks = [t.get_text() for t in ax.get_yticklabels()]
+    order = scores.sort_values(ascending=False).index
+    assert len(ticks) == 6 and ticks[0].startswith(f"{order[0]} |") and ticks[-1].startswith(f"{order[-1]} |")
+    first = X.loc[order[0]]
+    assert f"label={y[X.index.get_loc(order[0])]}" in ticks[0] and f"job={first['job']}" in ticks[0]
+    assert [p.get_width() for p in ax.patches][:3] == list(scores[order[:3]])
+    assert _saved(ax, tmp_path).startswith(b"\x89PNG")
+
+
+def test_distribution_roc_and_removal_curve_draw_on_given_axes(data, tmp_path) -> None:
+    scores, _, y = data
+    _fig, axes = plt.subplots(1, 3)
+    assert plot_score_distribution(scores.to_numpy(), y, ax=axes[0]) is axes[0]
+    assert len(axes[0].get_legend().get_texts()) == 2
+    assert plot_noise_roc(y == 1, {"score": scores.to_numpy()}, ax=axes[1]) is axes[1]
+    curve = pd.DataFrame({"strategy": ["leaf_refit"] * 2 + ["random"] * 4, "m": [5, 10, 5, 5, 10, 10],
+                          "repeat": [0, 0, 0, 1, 0, 1], "test_reduction": [0.1, 0.2, 0.0, 0.02, -0.01, 0.01]})
+    assert plot_removal_curve(curve, ax=axes[2]) is axes[2]
+    for ax in axes:
+        _labelled(ax)
+    assert _saved(axes[0], tmp_path).startswith(b"\x89PNG")
+
+
+def test_roc_curve_area_is_the_rank_statistic_with_ties() -> None:
+    # Independent reference: the Mann-Whitney rank formula of the demo (ties count one half).
+    rng = np.random.default_rng(1)
+    positive = rng.random(500) < 0.2
+    score = np.round(rng.normal(size=500) + positive, 1)  # many ties
+    fpr, tpr = roc_curve(positive, score)
+    assert fpr[0] == tpr[0] == 0 and fpr[-1] == tpr[-1] == 1
+    area = np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2)
+    assert area == pytest.approx(roc_auc(positive, score), rel=1e-12)
+
+
+def test_summary_file_and_bad_inputs(data, tmp_path) -> None:
+    scores, X, y = data
+    save_summary(scores, X, y, tmp_path / "summary.png", n=4)
+    assert (tmp_path / "summary.png").read_bytes().startswith(b"\x89PNG")
+    with pytest.raises(InputError, match="one score per training row"):
+        plot_top_rows(np.zeros((60, 2)), X, y)
+    with pytest.raises(InputError, match="not columns of X"):
+        plot_top_rows(scores, X, y, features=["income"])
+    with pytest.raises(InputError, match="removal_curve"):
+        plot_removal_curve(pd.DataFrame({"m": [1]}))
+    with pytest.raises(InputError, match="both positive and negative"):
+        roc_curve(np.ones(3, dtype=bool), np.arange(3.0))
+    plt.close("all")
