@@ -229,8 +229,10 @@ class Spec:
         u = v * present * self.factors(v, present, self.dataset_rule)[self.groups]
         if self.renew:
             keep = present.astype(bool)
-            return np.array([ref_quantile(self.renew, self.y[keep], u[keep], self.params.get("alpha", 0.5),
-                                          self.q_weighted, self.q_delta)])
+            q = ref_quantile(self.renew, self.y[keep], u[keep], self.params.get("alpha", 0.5),
+                             self.q_weighted, self.q_delta)
+            # LightGBM's BoostFromScore returns its percentile as float32 (measured against retraining).
+            return np.array([float(np.float32(q)) if self.renew == "lightgbm" else q])
         if self.base_newton:
             g, h = derivs(self.loss, self.params, self.y, np.zeros((self.y.shape[0], self.K)), self.floor)
             return -np.sum(u[:, None] * g, axis=0) / np.sum(u[:, None] * h, axis=0)

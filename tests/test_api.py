@@ -439,12 +439,12 @@ def test_multiclass_loss_scores_are_the_booster_probabilities_times_class_margin
     order), which checks that output= names the class the booster means."""
     model, X, y, X_test, y_test = _three_class(library)
     ex = BoostingInfluence(model, progress=False).fit(X, y)
-    S = ex.score_training_points(X_test, y_test)
+    S = ex.score_training_points(X_test, y_test).to_numpy()  # pandas in: a DataFrame keyed by index
     assert S.shape == (len(X), len(X_test))
     proba = model.predict_proba(X_test)
     onehot = (np.asarray(y_test)[:, None] == np.asarray(model.classes_)[None, :]).astype(float)
     combined = sum(
-        ex.score_training_points(X_test, on="prediction", output=c) * (proba - onehot)[:, k]
+        ex.score_training_points(X_test, on="prediction", output=c).to_numpy() * (proba - onehot)[:, k]
         for k, c in enumerate(model.classes_)
     )
     np.testing.assert_allclose(S, combined, rtol=0, atol=1e-6 * np.abs(S).max())  # float32 proba

@@ -147,8 +147,11 @@ def test_leaf_refit_equals_retraining_without_the_row(name: str) -> None:
 def test_leaf_influence_equals_finite_differences_of_retraining(name: str) -> None:
     spec, engine, test = _setup(name)
     fd = _finite_difference(spec, ROWS)
-    assert _rel(engine.influence_reverse(test, rows=ROWS), fd) < 1e-8
-    assert _rel(engine.influence_forward(test, rows=ROWS), fd) < 1e-8
+    # LightGBM rounds a re-estimated percentile base to float32: retraining's finite differences
+    # then carry ~ulp32(base) / h = 6e-8 * 2**10 ~ 6e-5 of the base's slope (measured 2.6e-6).
+    tol = 1e-5 if spec.renew == "lightgbm" and spec.base_refit else 1e-8
+    assert _rel(engine.influence_reverse(test, rows=ROWS), fd) < tol
+    assert _rel(engine.influence_forward(test, rows=ROWS), fd) < tol
 
 
 @pytest.mark.parametrize("name", CONFIGS)
