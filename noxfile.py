@@ -31,9 +31,12 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Engine timing table on an Adult-size synthetic ensemble."""
-    session.install("-e", ".")
+    """Timing tables: synthetic engine, the three libraries' defaults on Adult plus the 1e6-row case
+    (issue 15), and CatBoost's get_object_importance side by side (writes docs/peers_scaling.png)."""
+    session.install("-e", ".[all]", "scikit-learn")
     session.run("python", "benchmarks/engine.py")
+    session.run("python", "benchmarks/speed.py", *session.posargs)
+    session.run("python", "benchmarks/peers.py")
 
 
 @nox.session

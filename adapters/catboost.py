@@ -409,8 +409,9 @@ class CatBoostAdapter(BoosterAdapter):
         """Describe the model and prove it is reproduced (see :meth:`BoosterAdapter.prepare`).
 
         Where CatBoost's backtracking arithmetic depends on the training thread count (10,000 <
-        N < 100,000 rows), the counts that change it are tried, most likely first, on the trees
-        up to the first one a wrong count got wrong, until one reproduces the whole model.
+        N < 100,000 rows), the counts that change it are tried, most likely first, on the first
+        tree a wrong count got wrong alone (replayed at the margins the earlier trees leave), until
+        one reproduces the whole model.
 
         Raises
         ------
@@ -425,10 +426,11 @@ class CatBoostAdapter(BoosterAdapter):
         candidates = self._thread_candidates(ensemble)
         while engine.relative_residual > self.rtol and candidates:
             first_bad = int(np.argmax(engine.tree_residual > self.rtol * np.abs(ensemble.leaf_values).max()))
-            end = int(np.flatnonzero(ensemble.tree_round == ensemble.tree_round[first_bad])[-1]) + 1
+            same_round = np.flatnonzero(ensemble.tree_round == ensemble.tree_round[first_bad])
+            first = ensemble.trees(int(same_round[0]), int(same_round[-1]) + 1)
             for threads in list(candidates):
                 candidates.remove(threads)
-                probe = InfluenceEngine(replace(ensemble.head(end), objective_threads=threads))
+                probe = InfluenceEngine(replace(first, objective_threads=threads))
                 if probe.tree_residual.max() <= self.rtol * np.abs(ensemble.leaf_values).max():
                     self._threads = threads
                     ensemble = replace(ensemble, objective_threads=threads)

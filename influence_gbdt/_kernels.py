@@ -17,7 +17,7 @@ from . import _jit as numba
 from ._fastobj import exp_space_objective, fastexp_vec, objective_ranges
 from ._renew import replay_tree
 from ._tables import Tables
-from .losses import grad_hess, jvp, point, value, weighted
+from .losses import derivs1, grad_hess, jvp, point, value, weighted
 
 ALL = 0
 NONE = 1
@@ -75,6 +75,17 @@ def row_margin(
     mrow[:] = A[j]
     for t in range(tb.round_ptr[r], tb.round_ptr[r + 1]):
         mrow[tb.out[t]] += u[tb.leaf_off[t] + tb.leaf[t, j]]
+
+
+@_jit
+def row_margin1(
+    tb: Tables, t0: int, t1: int, A: NDArray[np.float64], j: int, u: NDArray[np.float64]
+) -> float:
+    """:func:`row_margin` of a one-output model (trees ``t0 .. t1 - 1`` of the round), as a scalar."""
+    m = A[j, 0]
+    for t in range(t0, t1):
+        m += u[tb.leaf_off[t] + tb.leaf[t, j]]
+    return m
 
 
 @_jit
@@ -165,9 +176,15 @@ def _replay_sums(
             tb.GV[o : o + L] = 0.0
             tb.HV[o : o + L] = 0.0
     for j in range(n):
-        row_margin(tb, r, A, j, u, mrow)
-        point(tb.code, tb.prm, mrow, z)
-        grad_hess(tb.code, tb.prm, tb.y[j], z, g, h)
+        if K == 1:  # scalars only: no per-row array views or calls taking arrays
+            gg, hh, dg[0], dh[0] = derivs1(tb.code, tb.prm, tb.y[j, 0], row_margin1(tb, t0, t1, A, j, u))
+            g[0], h[0] = gg, max(hh, tb.prm[0])
+            if hh < tb.prm[0]:
+                dh[0] = 0.0
+        else:
+            row_margin(tb, r, A, j, u, mrow)
+            point(tb.code, tb.prm, mrow, z)
+            grad_hess(tb.code, tb.prm, tb.y[j], z, g, h)
         wj = tb.w[j]
         for t in range(t0, t1):
             c = tb.out[t]
@@ -179,9 +196,10 @@ def _replay_sums(
                 tb.GV[sl, tb.grp[j]] += tb.v[j] * g[c]
                 tb.HV[sl, tb.grp[j]] += tb.v[j] * (h[c] if tb.newton[t] else 1.0)
             if multi:  # d/du of the sums, for the steps after this one
-                unit[c] = 1.0
-                jvp(tb.code, tb.prm, tb.y[j], z, unit, dg, dh)
-                unit[c] = 0.0
+                if K > 1:
+                    unit[c] = 1.0
+                    jvp(tb.code, tb.prm, tb.y[j], z, unit, dg, dh)
+                    unit[c] = 0.0
                 tb.SDG[sl] += wj * dg[c]
                 tb.SDH[sl] += wj * dh[c]
 
@@ -209,7 +227,7 @@ def _replay_steps(
 def tree_objective(
     tb: Tables, t: int, A: NDArray[np.float64], delta: NDArray[np.float64], sel: NDArray[np.bool_],
     every: bool, u: NDArray[np.float64], step: NDArray[np.float64], w: NDArray[np.float64], skip: int,
-    point_buf: NDArray[np.float64], dl: NDArray[np.float64], mrow: NDArray[np.float64],
+    point_buf: NDArray[np.float64], dl: NDArray[np.float64], mrow: NDArray[np.float64], fresh: bool,
 ) -> float:
     """The objective a backtracking tree ``t`` compares, with its leaves moved by ``u + step``.
 
@@ -217,8 +235,10 @@ def tree_objective(
     ``delta`` is given), their change ``delta``; ``w`` are the weights and row ``skip`` (>= 0) is
     deleted. ``tb.bt_obj < 0``: the weighted loss summed exactly. Otherwise the booster's own
     arithmetic (:mod:`influence_gbdt._fastobj`: exp-space approx ``exp`` of the margin at ``u``,
-    the try ``step`` through its fast exp, float32 lanes). Only comparisons of two values of the
-    same tree mean anything.
+    the try ``step`` through its fast exp, float32 lanes); the approx is computed into
+    ``point_buf`` (n,) when ``fresh``, else reused from the last call (the tries of one step share
+    it: only an accepted step moves ``u``). Only comparisons of two values of the same tree mean
+    anything.
     """
     n = A.shape[0]
     base = tb.leaf_off[t]
@@ -234,11 +254,12 @@ def tree_objective(
                 mrow[c] += u[base + tb.leaf[t, j]] + step[base + tb.leaf[t, j]]
                 total += w[j] * value(tb.code, tb.prm, tb.y[j], mrow)
         return total
-    for j in range(n):
-        m = A[j, c] + u[base + tb.leaf[t, j]]
-        if track and (every or sel[base + tb.leaf[t, j]]):
-            m += delta[j, c]
-        point_buf[j] = math.exp(m)
+    if fresh:
+        for j in range(n):
+            m = A[j, c] + u[base + tb.leaf[t, j]]
+            if track and (every or sel[base + tb.leaf[t, j]]):
+                m += delta[j, c]
+            point_buf[j] = math.exp(m)
     L = tb.leaf_off[t + 1] - base
     fastexp_vec(step[base : base + L], dl[:L])
     n_eff = n - 1 if skip >= 0 else n
@@ -269,11 +290,14 @@ def _walk_once(
     _replay_steps(tb, r, 0, mean_w, u, d)
     computed, scale, ties = 1, 1.0, 0
     step[base : base + L] = 0.0
-    current = tree_objective(tb, t, A, no_delta, no_sel, False, u, step, tb.w, -1, point_buf, dl, mrow)
+    current = tree_objective(tb, t, A, no_delta, no_sel, False, u, step, tb.w, -1, point_buf, dl, mrow, True)
+    fresh = False
     for it in range(tb.n_iter[t]):
         for lj in range(L):
             step[base + lj] = scale * d[lj]
-        trial = tree_objective(tb, t, A, no_delta, no_sel, False, u, step, tb.w, -1, point_buf, dl, mrow)
+        trial = tree_objective(tb, t, A, no_delta, no_sel, False, u, step, tb.w, -1, point_buf, dl, mrow,
+                               fresh)
+        fresh = False
         better = trial < current
         if abs(trial - current) <= tb.bt_tie * abs(current):
             if (flips >> ties) & 1:
@@ -283,7 +307,7 @@ def _walk_once(
             tb.scales[t, computed - 1] = scale
             for lj in range(L):
                 u[base + lj] += step[base + lj]
-            current, scale = trial, 1.0
+            current, scale, fresh = trial, 1.0, True
             if it + 1 < tb.n_iter[t]:
                 _replay_sums(tb, r, computed, A, u, scratch)
                 _replay_steps(tb, r, computed, mean_w, u, d)

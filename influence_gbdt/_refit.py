@@ -148,15 +148,19 @@ def refit_one(  # noqa: C901 -- one loop nest over rounds and steps, with the ba
             _round_sums(tb, r, 0, A, delta, u, w_new, sel, every, changed, i0, Gs, Hs, scratch)
             _round_steps(tb, r, Gs, Hs, mean_w, d)
             step[rl0:rl1] = 0.0
-            current = tree_objective(tb, t0, A, delta, sel, every, u, step, w_new, i0, point_buf, dl, mrow)
+            current = tree_objective(
+                tb, t0, A, delta, sel, every, u, step, w_new, i0, point_buf, dl, mrow, True)
+            fresh = False
             for it in range(tb.n_iter[t0]):
                 for gl in range(rl0, rl1):
                     step[gl] = scale * d[gl - rl0]
-                trial = tree_objective(tb, t0, A, delta, sel, every, u, step, w_new, i0, point_buf, dl, mrow)
+                trial = tree_objective(
+                    tb, t0, A, delta, sel, every, u, step, w_new, i0, point_buf, dl, mrow, fresh)
+                fresh = False
                 if trial < current:
                     for gl in range(rl0, rl1):
                         u[gl] += step[gl]
-                    current, accepted, scale = trial, accepted + 1, 1.0
+                    current, accepted, scale, fresh = trial, accepted + 1, 1.0, True
                     if it + 1 < tb.n_iter[t0]:
                         _round_sums(
                             tb, r, accepted, A, delta, u, w_new, sel, every, changed, i0, Gs, Hs, scratch)

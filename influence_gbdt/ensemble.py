@@ -313,6 +313,35 @@ class TreeEnsemble:
             "renewed", "quantile_alpha")}
         return replace(self, leaf_values=self.leaf_values[:leaves], l2=self.l2[:leaves], **per_tree)
 
+    def trees(self, start: int, end: int) -> TreeEnsemble:
+        """Trees ``start .. end - 1`` as an ensemble of their own on the same data, replayed at the
+        same margins: the initial margin becomes ``init_offset + base_margin`` plus the stored leaf
+        values of the earlier trees, added tree by tree as the replay adds them (so bit for bit the
+        margins the full replay reaches tree ``start`` with), with a fixed base margin of 0.
+
+        Whole rounds only. Replaying it costs the trees it holds, not the ones before (used to probe
+        one tree of a long ensemble).
+        """
+        head = self.head(end)
+        S = int(start)
+        if S == 0:
+            return head
+        if not 0 < S < end or self.tree_round[S] == self.tree_round[S - 1]:
+            raise InputError(f"trees needs a start that begins a round, in 1 .. {end - 1}.")
+        margin = self.init_offset + self.base_margin[None, :]
+        for t in range(S):  # n-vector adds in tree order: a loop over trees, not rows
+            margin[:, self.tree_output[t]] += self.leaf_values[self.leaf_offset[t] + self.leaf_index[t]]
+        leaves = slice(int(self.leaf_offset[S]), int(self.leaf_offset[end]))
+        per_tree = {name: getattr(head, name)[S:] for name in (
+            "leaf_index", "n_leaves", "tree_output", "newton", "learning_rate", "l1",
+            "max_delta_step", "l2_per_mean_weight", "n_steps", "step_scales", "backtracking", "n_iterations",
+            "renewed", "quantile_alpha")}
+        return replace(
+            head, leaf_values=self.leaf_values[leaves], l2=self.l2[leaves], init_offset=margin,
+            base_margin=np.zeros_like(self.base_margin), base_rule="fixed",
+            tree_round=self.tree_round[S:end] - self.tree_round[S], **per_tree,
+        )
+
     def tree_leaf_values(self, t: int) -> NDArray[np.float64]:
         """Stored leaf values of tree ``t``, ndarray of shape (n_leaves[t],)."""
         return self.leaf_values[self.leaf_offset[t] : self.leaf_offset[t + 1]]

@@ -309,9 +309,7 @@ def point(code: int, prm: NDArray[np.float64], m: NDArray[np.float64], z: NDArra
     """Fill the row's point ``z`` from its margins ``m``: (p, 1 - p) for log loss, the softmax
     probabilities, the per-class sigmoids p_k then 1 - p_k for one-vs-all, ``e^m`` for Poisson,
     the margin itself otherwise."""
-    if code == LOGLOSS:
-        z[0], z[1] = _sigmoid_pair(prm[1] * m[0])
-    elif code == SOFTMAX:
+    if code == SOFTMAX:
         top = m.max()
         total = 0.0
         for c in range(m.shape[0]):
@@ -325,37 +323,57 @@ def point(code: int, prm: NDArray[np.float64], m: NDArray[np.float64], z: NDArra
             z[c], z[K + c] = _sigmoid_pair(m[c])
     elif code == MULTI_SQUARED:
         z[:] = m
-    elif code == POISSON:
-        z[0] = math.exp(m[0])
+    elif code == LOGLOSS:
+        z[0], z[1] = point1(code, prm, m[0])
     else:
-        z[0] = m[0]
+        z[0] = point1(code, prm, m[0])[0]
+
+
+@_jit
+def point1(code: int, prm: NDArray[np.float64], m: float) -> tuple[float, float]:
+    """:func:`point` of a one-output loss from its margin ``m``, as scalars ``(z0, z1)`` (``z1``
+    is ``1 - p`` for log loss and unused otherwise)."""
+    if code == LOGLOSS:
+        return _sigmoid_pair(prm[1] * m)
+    if code == POISSON:
+        return math.exp(m), 0.0
+    return m, 0.0
+
+
+@_jit
+def derivs1(code: int, prm: NDArray[np.float64], y: float, m: float) -> tuple[float, float, float, float]:
+    """``(g, h, dg/dm, dh/dm)`` of a one-output loss at margin ``m``, all scalars (``h``
+    unfloored): what :func:`point` then :func:`grad_hess` / :func:`jvp` compute, without the
+    per-row arrays (the replay's, refit's and reverse sweep's hot loops for K = 1)."""
+    z0, z1 = point1(code, prm, m)
+    return _scalar(code, prm, y, z0, z1)
 
 
 @_jit
 def _scalar(
-    code: int, prm: NDArray[np.float64], y: float, z: NDArray[np.float64]
+    code: int, prm: NDArray[np.float64], y: float, z0: float, z1: float
 ) -> tuple[float, float, float, float]:
-    """``(g, h, dg/dm, dh/dm)`` of a one-output loss at point ``z`` (``h`` unfloored)."""
+    """``(g, h, dg/dm, dh/dm)`` of a one-output loss at point ``(z0, z1)`` (``h`` unfloored)."""
     if code == LOGLOSS:
         s = prm[1]
-        v = z[0] * z[1]
-        return s * (z[0] - y), s * s * v, s * s * v, s * s * s * v * (z[1] - z[0])
+        v = z0 * z1
+        return s * (z0 - y), s * s * v, s * s * v, s * s * s * v * (z1 - z0)
     if code == SQUARED_ERROR:
-        return z[0] - y, 1.0, 1.0, 0.0
+        return z0 - y, 1.0, 1.0, 0.0
     if code == POISSON:
-        e = z[0]
+        e = z0
         h = e * math.exp(prm[1])
         return e - y, h, e, h
     if code == GAMMA:
-        e = y * math.exp(-z[0])
+        e = y * math.exp(-z0)
         return 1.0 - e, e, e, -e
     if code == TWEEDIE:
         rho = prm[1]
-        e1 = y * math.exp((1.0 - rho) * z[0])
-        e2 = math.exp((2.0 - rho) * z[0])
+        e1 = y * math.exp((1.0 - rho) * z0)
+        e2 = math.exp((2.0 - rho) * z0)
         h = -(1.0 - rho) * e1 + (2.0 - rho) * e2
         return e2 - e1, h, h, -(1.0 - rho) ** 2 * e1 + (2.0 - rho) ** 2 * e2
-    r = z[0] - y
+    r = z0 - y
     if code == HUBER:
         delta = prm[1]
         if abs(r) < delta or (abs(r) == delta and prm[3] > 0.0):
@@ -373,6 +391,14 @@ def _scalar(
         return c * r / a, h, h, -2.0 * math.copysign(c * c, r) / (a * a * a)
     # QUANTILE: the pinball gradient (the tree's leaves are renewed, not Newton steps)
     return (prm[2] * (1.0 - prm[1]) if r >= 0.0 else -prm[2] * prm[1]), 1.0, 0.0, 0.0
+
+
+@_jit
+def _scalar_at(
+    code: int, prm: NDArray[np.float64], y: float, z: NDArray[np.float64]
+) -> tuple[float, float, float, float]:
+    """:func:`_scalar` at a point array ``z`` (length 1, or 2 for log loss)."""
+    return _scalar(code, prm, y, z[0], z[1] if z.shape[0] > 1 else 0.0)
 
 
 @_jit
@@ -395,7 +421,7 @@ def grad_hess(
             g[c] = z[c] - y[c]
             h[c] = max(1.0, prm[0])
     else:
-        gg, hh, _, _ = _scalar(code, prm, y[0], z)
+        gg, hh, _, _ = _scalar_at(code, prm, y[0], z)
         g[0] = gg
         h[0] = max(hh, prm[0])
 
@@ -425,7 +451,7 @@ def vjp(
     elif code == MULTI_SQUARED:
         out[:] = beta
     else:
-        _, hh, dg, dh = _scalar(code, prm, y[0], z)
+        _, hh, dg, dh = _scalar_at(code, prm, y[0], z)
         out[0] = beta[0] * dg + (gamma[0] * dh if hh >= prm[0] else 0.0)
 
 
@@ -453,7 +479,7 @@ def jvp(
         dg[:] = dm
         dh[:] = 0.0
     else:
-        _, hh, d2g, d2h = _scalar(code, prm, y[0], z)
+        _, hh, d2g, d2h = _scalar_at(code, prm, y[0], z)
         dg[0] = d2g * dm[0]
         dh[0] = d2h * dm[0] if hh >= prm[0] else 0.0
 

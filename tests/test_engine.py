@@ -124,6 +124,22 @@ def test_replay_reproduces_stored_leaf_values_and_margins(name: str) -> None:
     np.testing.assert_allclose(engine.predict_margin(test), spec.test_margin(spec.v), rtol=1e-12)
 
 
+@pytest.mark.parametrize("name", CONFIGS)
+def test_a_slice_of_trees_replays_at_the_full_replays_margins(name: str) -> None:
+    """``trees(start, end)`` (the CatBoost adapter's one-tree thread probe) reproduces the stored
+    leaves of its trees, with per-tree residuals bit-identical to the full replay's: its initial
+    margins are the ones the full replay reaches ``start`` with."""
+    spec, engine, _ = _setup(name)
+    e = spec.ensemble()
+    rounds = e.tree_round
+    start = int(np.searchsorted(rounds, rounds[-1] // 2))
+    end = int(np.searchsorted(rounds, rounds[-1]))  # leaves the last round out
+    part = InfluenceEngine(e.trees(start, end))
+    assert part.ensemble.n_trees == end - start
+    np.testing.assert_array_equal(part.tree_residual, engine.tree_residual[start:end])
+    assert part.residual <= 1e-13 * max(float(np.abs(e.leaf_values).max()), 1.0)
+
+
 def _outputs(spec: Spec) -> list[dict]:
     """Keyword sets scoring each output's prediction (none needed for one output)."""
     return [{}] if spec.K == 1 else [{"output": c} for c in range(spec.K)]

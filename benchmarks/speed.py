@@ -1,0 +1,147 @@
+"""Issue 15's table: timings on the models users have (each library's scikit-learn defaults on
+Adult's numeric columns) and on a synthetic 1e6-row x 20-feature, 100-tree case; prints Markdown.
+
+Columns: booster training, our ``fit`` (describe + replay + self-check), one test point against
+every training row, 100 test points in one pass (and its ratio to one), ``leaf_refit`` per removed
+row (all_points), and for the 1e6-row case the peak memory above the data (``ru_maxrss`` of a
+fresh subprocess minus its size after building the data) and the mean test loss over 10,000 rows.
+
+Run: ``python benchmarks/speed.py [--quick] [--big-rows N]`` (or ``nox -s bench``). Compilation is
+excluded (a warm-up on a small model first); the machine's load is not: run it on an idle machine
+for figures to compare with the targets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from influence_gbdt import BoostingInfluence
+from influence_gbdt.datasets import load_adult
+
+LIBRARIES = ("lightgbm", "xgboost", "catboost")
+
+
+def default_model(library: str, seed: int = 0, n_estimators: int | None = None) -> Any:
+    """The library's scikit-learn classifier with its defaults (quiet; ``n_estimators`` only when
+    given)."""
+    extra = {} if n_estimators is None else {"n_estimators": n_estimators}
+    if library == "lightgbm":
+        import lightgbm
+
+        return lightgbm.LGBMClassifier(verbose=-1, random_state=seed, **extra)
+    if library == "xgboost":
+        import xgboost
+
+        return xgboost.XGBClassifier(random_state=seed, **extra)
+    import catboost
+
+    return catboost.CatBoostClassifier(verbose=0, random_seed=seed, **extra)
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def adult(quick: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Adult's numeric columns (train, test); ``quick``: the first 3,000 training rows."""
+    X, y = load_adult("train")
+    Xt, yt = load_adult("test")
+    Xn = X.select_dtypes("number").to_numpy(np.float64)
+    Xtn = Xt.select_dtypes("number").to_numpy(np.float64)
+    if quick:
+        Xn, y = Xn[:3000], y[:3000]
+    return Xn, y, Xtn[:100], yt[:100]
+
+
+def adult_row(library: str, quick: bool, refit_rows: int) -> dict[str, float]:
+    """One row of the table for ``library``'s defaults on Adult."""
+    X, y, Xt, yt = adult(quick)
+    model = default_model(library)
+    train_s, _ = timed(lambda: model.fit(X, y))
+    bi = BoostingInfluence(model, progress=False)
+    fit_s, _ = timed(lambda: bi.fit(X, y))
+    one_s = min(timed(lambda: bi.score_training_points(Xt[:1], yt[:1]))[0] for _ in range(3))
+    many_s, _ = timed(lambda: bi.score_training_points(Xt, yt))
+    refit = BoostingInfluence(model, method="leaf_refit", progress=False).fit(X, y)
+    rows = np.arange(refit_rows)
+    refit_s, _ = timed(lambda: refit.score_training_points(Xt[:1], yt[:1], training_points=rows))
+    return {"train_s": train_s, "fit_s": fit_s, "one_s": one_s, "many_s": many_s,
+            "refit_ms_per_row": 1e3 * refit_s / refit_rows}
+
+
+def _big_case(library: str, n: int, n_test: int) -> dict[str, float]:
+    """The 1e6-row case, run in a fresh process (its peak memory is this case's alone)."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(n + n_test, 20))
+    y = (X[:, :5].sum(axis=1) + rng.normal(size=n + n_test) > 0).astype(np.int64)
+    base_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    model = default_model(library, n_estimators=100)
+    train_s, _ = timed(lambda: model.fit(X[:n], y[:n]))
+    after_train_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    bi = BoostingInfluence(model, progress=False)
+    fit_s, _ = timed(lambda: bi.fit(X[:n], y[:n]))
+    mean_s, _ = timed(lambda: bi.score_training_points(X[n:], y[n:], aggregate="mean"))
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"train_s": train_s, "fit_s": fit_s, "mean_loss_s": mean_s,
+            "peak_above_data_gb": (peak_kb - base_kb) / 2**20,
+            "booster_peak_above_data_gb": (after_train_kb - base_kb) / 2**20}
+
+
+def big_row(library: str, n: int, n_test: int) -> dict[str, float]:
+    code = (f"import json, benchmarks.speed as s; "
+            f"print(json.dumps(s._big_case({library!r}, {n}, {n_test})))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).resolve().parents[1])
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def warm_up() -> None:
+    """Compile (or load from the cache) every kernel the table uses, on a tiny model."""
+    X, y, Xt, yt = adult(True)
+    for library in LIBRARIES:
+        model = default_model(library, n_estimators=3).fit(X[:300], y[:300])
+        for method in ("leaf_influence", "leaf_refit"):
+            bi = BoostingInfluence(model, method=method, progress=False).fit(X[:300], y[:300])
+            bi.score_training_points(Xt[:2], yt[:2], training_points=[0])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3,000 Adult rows, 20,000-row big case")
+    parser.add_argument("--big-rows", type=int, default=1_000_000)
+    parser.add_argument("--refit-rows", type=int, default=10)
+    args = parser.parse_args()
+    big = 20_000 if args.quick else args.big_rows
+    warm_up()
+    print("| model | booster training | our fit | 1 test point | 100 test points (x one) | "
+          "leaf_refit per row |")
+    print("|---|---|---|---|---|---|")
+    for library in LIBRARIES:
+        r = adult_row(library, args.quick, args.refit_rows)
+        print(f"| {library} default | {r['train_s']:.2f} s | {r['fit_s']:.2f} s | {r['one_s']:.3f} s | "
+              f"{r['many_s']:.3f} s ({r['many_s'] / r['one_s']:.1f}x) | {r['refit_ms_per_row']:.0f} ms |",
+              flush=True)
+    print(f"\n| {big:,} rows x 20 features, 100 trees | booster training | our fit | "
+          "peak memory above data (ours / booster's) | mean test loss, 10,000 rows |")
+    print("|---|---|---|---|---|")
+    for library in LIBRARIES:
+        r = big_row(library, big, 10_000)
+        print(f"| {library} | {r['train_s']:.1f} s | {r['fit_s']:.1f} s | "
+              f"{r['peak_above_data_gb']:.2f} / {r['booster_peak_above_data_gb']:.2f} GB | "
+              f"{r['mean_loss_s']:.2f} s |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
