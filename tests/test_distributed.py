@@ -42,7 +42,9 @@ def _data(seed: int = 0) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame, np.nda
     return frame.iloc[:N], y[:N], frame.iloc[N:].reset_index(drop=True), y[N:]
 
 
-def _close(dist: Any, local: np.ndarray) -> None:
+def _close(dist: Any, local: Any) -> None:
+    """Distributed scores equal the in-memory ones (a DataFrame/Series for pandas inputs)."""
+    local = np.asarray(local)
     got = np.asarray(dist.compute() if hasattr(dist, "compute") else dist)
     assert got.shape == local.shape
     assert np.abs(got - local).max() <= RTOL * np.abs(local).max()
