@@ -194,13 +194,25 @@ class BoosterAdapter(ABC):
         sample_weight: ArrayLike | None = None,
         init_score: ArrayLike | None = None,
     ) -> InfluenceEngine:
-        """Describe the model on its training data and prove the description reproduces it.
+        """Describe the model on its training data and prove the description reproduces it
+        (:meth:`verify`, which an adapter overrides to check in its library's terms).
+
+        Raises
+        ------
+        ReproductionError
+            If the recomputed leaf values do not reproduce the stored ones.
+        """
+        return self.verify(InfluenceEngine(self.describe(X, y, sample_weight, init_score)))
+
+    def verify(self, engine: InfluenceEngine) -> InfluenceEngine:
+        """Prove that ``engine`` (the description replayed) reproduces the model, and return the
+        engine to score with. Default: every recomputed leaf value within ``rtol`` (relative to the
+        largest stored one).
 
         Raises
         ------
         ReproductionError
             If a recomputed leaf value differs from the stored one by more than ``rtol``.
         """
-        engine = InfluenceEngine(self.describe(X, y, sample_weight, init_score))
         engine.check_reproduction(rtol=self.rtol, hint=f"{self.library}: {self.hint}")
         return engine

@@ -10,7 +10,7 @@ log in float32 lanes (x86-64), so near-ties are decided by its arithmetic: the e
 step itself with the same arithmetic (``backtracking_objective="fast_logloss"``, see
 :mod:`influence_gbdt._fastobj`) and the self-check proves the decisions. That arithmetic splits rows
 into ranges by the training thread count when 10,000 < N < 100,000; the model does not record it, so
-:meth:`CatBoostAdapter.prepare` finds it (``params={"thread_count": k}`` gives it directly).
+:meth:`CatBoostAdapter.verify` finds it (``params={"thread_count": k}`` gives it directly).
 
 Objectives: Logloss, CrossEntropy, RMSE, Poisson, Tweedie, Huber, Quantile / MAE (Exact leaves),
 MultiClassOneVsAll, MultiRMSE and MultiClass with Gradient leaves are reproduced exactly; the
@@ -399,14 +399,8 @@ class CatBoostAdapter(BoosterAdapter):
             )
         return weights, _auto_weights(kind, _sums_without(classes, user_w, sums, k, blocks))
 
-    def prepare(
-        self,
-        X: Any,
-        y: ArrayLike,
-        sample_weight: ArrayLike | None = None,
-        init_score: ArrayLike | None = None,
-    ) -> InfluenceEngine:
-        """Describe the model and prove it is reproduced (see :meth:`BoosterAdapter.prepare`).
+    def verify(self, engine: InfluenceEngine) -> InfluenceEngine:
+        """Prove the description reproduces the model (see :meth:`BoosterAdapter.verify`).
 
         Where CatBoost's backtracking arithmetic depends on the training thread count (10,000 <
         N < 100,000 rows), the counts that change it are tried, most likely first, on the first
@@ -421,8 +415,7 @@ class CatBoostAdapter(BoosterAdapter):
             training data, the scores would be approximate); otherwise "not reproduced" (other data
             than the training data, in the engine's words).
         """
-        ensemble = self.describe(X, y, sample_weight, init_score)
-        engine = InfluenceEngine(ensemble)
+        ensemble = engine.ensemble
         candidates = self._thread_candidates(ensemble)
         while engine.relative_residual > self.rtol and candidates:
             first_bad = int(np.argmax(engine.tree_residual > self.rtol * np.abs(ensemble.leaf_values).max()))

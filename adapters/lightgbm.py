@@ -490,11 +490,9 @@ class LightGBMAdapter(BoosterAdapter):
             **classes,
         )
 
-    def prepare(self, X: Any, y: ArrayLike, sample_weight: ArrayLike | None = None,
-                init_score: ArrayLike | None = None) -> InfluenceEngine:
-        """:meth:`BoosterAdapter.prepare` whose :class:`ReproductionError` says whether the residual
+    def verify(self, engine: InfluenceEngine) -> InfluenceEngine:
+        """:meth:`BoosterAdapter.verify` whose :class:`ReproductionError` says whether the residual
         is at the level of float rounding or of a mismatch (see :meth:`_mismatch`)."""
-        engine = InfluenceEngine(self.describe(X, y, sample_weight, init_score))
         if not engine.relative_residual <= self.rtol:
             raise ReproductionError(self._mismatch(engine))
         return engine

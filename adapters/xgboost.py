@@ -47,7 +47,7 @@ What XGBoost does, and how it lands in the description (verified by the tests of
   +-max_delta_step when it is nonzero, and 0 when H < min_child_weight; the logistic hessian is
   floored at 1e-16. A grown leaf always has H >= min_child_weight (split constraint), so only a
   root-only tree can store such a 0: it is described with learning rate 0 (deleting rows only
-  lowers its H). The self-check tolerance is explained at :meth:`XGBoostAdapter.prepare`.
+  lowers its H). The self-check tolerance is explained at :meth:`XGBoostAdapter.verify`.
 * ``scale_pos_weight`` (spw) multiplies the weight of rows whose label is exactly 1, in every
   ``reg:`` and ``binary:`` objective (also squared error): it is the factor of weight group 1, so
   scores stay per unit of the user's weight.
@@ -365,14 +365,8 @@ class XGBoostAdapter(BoosterAdapter):
             "the labels, sample weights and base_margin (init_score) the model was trained with."
         )
 
-    def prepare(
-        self,
-        X: Any,
-        y: ArrayLike,
-        sample_weight: ArrayLike | None = None,
-        init_score: ArrayLike | None = None,
-    ) -> InfluenceEngine:
-        """Describe the model on its training data and prove the description reproduces it.
+    def verify(self, engine: InfluenceEngine) -> InfluenceEngine:
+        """Prove the description reproduces the model (see :meth:`BoosterAdapter.verify`).
 
         The stored leaves pass when the relative residual is at most :attr:`rtol`, or else when every
         recomputed leaf lies within :data:`ROUNDING_UNITS` times its own float32 rounding bound
@@ -384,7 +378,6 @@ class XGBoostAdapter(BoosterAdapter):
         ReproductionError
             Saying how far the worst leaf is from float32 rounding.
         """
-        engine = InfluenceEngine(self.describe(X, y, sample_weight, init_score))
         if engine.relative_residual <= self.rtol:
             return engine
         units = rounding_units(engine)
