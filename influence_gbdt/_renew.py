@@ -46,15 +46,18 @@ def _leaf_quantile(
 
 
 @_jit
+def _scratch(n: int) -> tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64],
+                              NDArray[np.float64], NDArray[np.float64]]:
+    """Work arrays of :func:`_leaf_quantile` for ``n`` rows: buf, rows, order, sel, coef, wd."""
+    return (np.empty(2 * n), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
+            np.empty(2, dtype=np.int64), np.empty(2), np.empty(4))
+
+
+@_jit
 def replay_tree(tb: Tables, t: int, A: NDArray[np.float64]) -> None:
     """Recompute renewed tree ``t``'s leaves at margins ``A`` (n, K); record the descriptors."""
     n = A.shape[0]
-    buf = np.empty(2 * n)
-    rows = np.empty(n, dtype=np.int64)
-    order = np.empty(n, dtype=np.int64)
-    sel = np.empty(2, dtype=np.int64)
-    coef = np.empty(2)
-    wd = np.empty(4)
+    buf, rows, order, sel, coef, wd = _scratch(n)
     none = np.empty((0, A.shape[1]))
     for gl in range(tb.leaf_off[t], tb.leaf_off[t + 1]):
         q, _ = _leaf_quantile(tb, t, gl, A, none, False, tb.w, -1, buf, rows, sel, coef, wd, order)
@@ -138,12 +141,7 @@ def refit_tree(
     """New leaves of renewed tree ``t`` without row ``i0`` into ``out`` (global leaves): a leaf
     whose rows all keep their margins and weights, and which did not hold ``i0``, keeps its value."""
     n = A.shape[0]
-    buf = np.empty(2 * n)
-    rows = np.empty(n, dtype=np.int64)
-    order = np.empty(n, dtype=np.int64)
-    sel = np.empty(2, dtype=np.int64)
-    coef = np.empty(2)
-    wd = np.empty(4)
+    buf, rows, order, sel, coef, wd = _scratch(n)
     track = delta.shape[0] > 0
     li0 = tb.leaf_off[t] + tb.leaf[t, i0]
     for gl in range(tb.leaf_off[t], tb.leaf_off[t + 1]):
