@@ -35,6 +35,7 @@ from typing import Any
 
 import numba as _numba
 from numba.core import config as _numba_config
+from numba.core import types as _types
 
 _config: Any = _numba_config  # CACHE_DIR is read when a dispatcher is made
 
@@ -103,9 +104,28 @@ def njit(*args: Any, **options: Any) -> Any:
                 dispatcher = _numba.njit(cache=True, **options)(func)
             finally:
                 _config.CACHE_DIR = saved
+        _compile_unliteral(dispatcher)
         return dispatcher
 
     return decorate
+
+
+def _compile_unliteral(dispatcher: Any) -> None:
+    """Make calls from other kernels compile ``dispatcher`` for the arguments' plain types.
+
+    Called from compiled code with a constant (``kernel(tb, ..., False, -1)``), numba compiles the
+    callee for the *literal* types (``Literal[bool](False)``), once per distinct constant at every
+    call site, and again for every kernel the callee calls: measured 18 versions of one kernel in the
+    test suite, which made a cold start cost minutes. Constants still convert to the plain types
+    implicitly, so one version serves every call site.
+    """
+    typed = type(dispatcher).get_call_template
+
+    def get_call_template(args: Any, kws: Any) -> Any:
+        return typed(dispatcher, tuple(_types.unliteral(a) for a in args),
+                     {k: _types.unliteral(v) for k, v in kws.items()})
+
+    dispatcher.get_call_template = get_call_template
 
 
 jit = njit  # numba >= 0.59: jit compiles in nopython mode, like njit

@@ -11,7 +11,7 @@ Private: use :mod:`influence_gbdt.engine`. Indexing conventions:
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -117,7 +117,7 @@ def build_tables(e: TreeEnsemble, group_sums: bool) -> Tables:
     leaf_first = first_global[:-1] - np.repeat(np.arange(T, dtype=np.int64) * n, e.n_leaves)
     round_ptr = np.searchsorted(e.tree_round, np.arange(int(e.tree_round[-1]) + 2)).astype(np.int64)
     G = e.n_groups if group_sums else 0
-    return Tables(
+    return _one_type(Tables(
         leaf=e.leaf_index, leaf_off=e.leaf_offset, out=e.tree_output, round_ptr=round_ptr,
         newton=e.newton, lr=e.learning_rate, l1=e.l1, mds=e.max_delta_step, l2=e.l2,
         l2m=e.l2_per_mean_weight, f32l2=e.float32_l2, n_steps=e.n_steps.copy(), scales=scales,
@@ -139,4 +139,33 @@ def build_tables(e: TreeEnsemble, group_sums: bool) -> Tables:
         RD=np.zeros(n_sl), GV=np.zeros((n_sl if G else 0, G)), HV=np.zeros((n_sl if G else 0, G)),
         ren_sel=np.full((e.n_total_leaves, 2), -1, dtype=np.int64), ren_coef=np.zeros((e.n_total_leaves, 2)),
         ren_wd=np.zeros((e.n_total_leaves, 4)),
-    )
+    ))
+
+
+#: Fields the TreeEnsemble always freezes (read-only arrays, never copied).
+_READ_ONLY = frozenset({"leaf", "stored", "l2", "y", "v"})
+
+
+def _one_type(tables: Tables) -> Tables:
+    """``tables`` with every array C-contiguous, and read-only exactly for the :data:`_READ_ONLY`
+    fields (others copied where they arrived read-only: they are at most per-row vectors).
+
+    numba compiles every kernel again for each distinct combination of array layouts and
+    read-only flags in its arguments; a field that is read-only for one model and writable for
+    another (a factor shared with the adapter, a broadcast) would cost a second compilation of every
+    kernel taking the tables.
+    """
+    fixed: dict[str, Any] = {}
+    for name, value in zip(tables._fields, tables, strict=True):
+        if not isinstance(value, np.ndarray):
+            continue
+        arr = np.ascontiguousarray(value)
+        if name in _READ_ONLY:
+            if arr.flags.writeable:
+                arr = arr.view()
+                arr.setflags(write=False)
+        elif not arr.flags.writeable:
+            arr = arr.copy()
+        if arr is not value:
+            fixed[name] = arr
+    return tables._replace(**fixed)
