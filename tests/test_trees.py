@@ -9,6 +9,7 @@ rounding is ~6e-8 relative per addition, so 100 trees leave ~1e-6 of the margin 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -74,9 +75,10 @@ def _es_xgb() -> Any:
 
 def _es_lgb() -> Any:
     model = lgb.LGBMClassifier(n_estimators=300, **LG)
-    return model.fit(
-        X[:300], Y[:300], eval_set=[(X[300:N], Y[300:N])], callbacks=[lgb.early_stopping(5, verbose=False)]
-    )
+    with warnings.catch_warnings():  # eval_set, as users still write it (LightGBM 4.7 prefers eval_X)
+        warnings.filterwarnings("ignore", "The argument 'eval_set' is deprecated")
+        stop = lgb.early_stopping(5, verbose=False)
+        return model.fit(X[:300], Y[:300], eval_set=[(X[300:N], Y[300:N])], callbacks=[stop])
 
 
 CASES: dict[str, tuple[str, Callable[[], Any], Any]] = {
