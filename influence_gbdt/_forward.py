@@ -10,11 +10,11 @@ from . import _jit as numba
 from ._kernels import NONE, add_round, round_sizes, select_leaves, step_point
 from ._renew import forward_tree
 from ._tables import Tables
-from .losses import grad_hess, jvp
+from .losses import derivs1, grad_hess, jvp
 
 
-@numba.njit(cache=True, nogil=True)
-def _add_row(
+@numba.njit(cache=True, nogil=True, inline="always")  # called per row: a call would cost the
+def _add_row(  # reference counts of every array in the tables
     tb: Tables, r: int, s: int, A: NDArray[np.float64], j: int, J: NDArray[np.float64], only: int,
     dG: NDArray[np.float64], dD: NDArray[np.float64], scratch: NDArray[np.float64],
 ) -> None:
@@ -22,10 +22,24 @@ def _add_row(
     round's trees (only tree ``only`` if >= 0). ``dG``, ``dD`` are indexed by global leaf minus
     the round's first leaf; ``scratch`` is (4, max(K, zsize))."""
     K = A.shape[1]
+    rl0 = tb.leaf_off[tb.round_ptr[r]]
+    if K == 1:  # scalars: no per-row calls taking arrays (see _reverse._row_adjoints1)
+        m = A[j, 0]
+        for t in range(tb.round_ptr[r], tb.round_ptr[r + 1]):
+            m += tb.u_before[tb.sl_off[tb.step_ptr[t] + s] + tb.leaf[t, j]]
+        _, hh, d2g, d2h = derivs1(tb.code, tb.prm, tb.y[j, 0], m)
+        dg1 = d2g * J[0]
+        dh1 = d2h * J[0] if hh >= tb.prm[0] else 0.0
+        for t in range(tb.round_ptr[r], tb.round_ptr[r + 1]):
+            if only < 0 or t == only:
+                x = tb.leaf_off[t] + tb.leaf[t, j] - rl0
+                dG[x] += tb.w[j] * dg1
+                if tb.newton[t]:
+                    dD[x] += tb.w[j] * dh1
+        return
     mrow, z, dg, dh = scratch[0, :K], scratch[1, : tb.zsize], scratch[2, :K], scratch[3, :K]
     step_point(tb, r, s, A, j, mrow, z)
     jvp(tb.code, tb.prm, tb.y[j], z, J, dg, dh)
-    rl0 = tb.leaf_off[tb.round_ptr[r]]
     for t in range(tb.round_ptr[r], tb.round_ptr[r + 1]):
         if only < 0 or t == only:
             c = tb.out[t]

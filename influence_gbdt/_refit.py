@@ -19,7 +19,7 @@ from ._kernels import (
 )
 from ._renew import refit_tree
 from ._tables import Tables
-from .losses import grad_hess, point, weighted
+from .losses import derivs1, grad_hess, point, weighted
 
 
 @numba.njit(cache=True, nogil=True)
@@ -71,14 +71,20 @@ def _round_sums(
                     Hs[gl - rl0] -= wh if tb.newton[t] else tb.w[i0]
                 continue
             first = tb.leaf_first[gl]
+            moved = track and (every or sel[gl])
             for q in range(first, first + tb.leaf_count[gl]):
                 j = tb.rows_by_leaf[t, q]
                 if j == i0:
                     continue
-                _margin(tb, t, A, delta, track and (every or sel[gl]), j, u, mrow)
-                point(tb.code, tb.prm, mrow, z)
-                grad_hess(tb.code, tb.prm, tb.y[j], z, g, h)
-                wg, wh = weighted(tb.code, g[c], h[c], w_new[j], tb.f32)
+                if K == 1:  # scalars, no per-row calls taking arrays (see _reverse._row_adjoints1)
+                    m = A[j, 0] + delta[j, 0] if moved else A[j, 0]
+                    gg, hh, _, _ = derivs1(tb.code, tb.prm, tb.y[j, 0], m + u[gl])
+                    wg, wh = weighted(tb.code, gg, max(hh, tb.prm[0]), w_new[j], tb.f32)
+                else:
+                    _margin(tb, t, A, delta, moved, j, u, mrow)
+                    point(tb.code, tb.prm, mrow, z)
+                    grad_hess(tb.code, tb.prm, tb.y[j], z, g, h)
+                    wg, wh = weighted(tb.code, g[c], h[c], w_new[j], tb.f32)
                 Gs[gl - rl0] += wg
                 Hs[gl - rl0] += wh if tb.newton[t] else w_new[j]
 

@@ -340,7 +340,7 @@ def point1(code: int, prm: NDArray[np.float64], m: float) -> tuple[float, float]
     return m, 0.0
 
 
-@_jit
+@numba.njit(cache=True, nogil=True, inline="always")
 def derivs1(code: int, prm: NDArray[np.float64], y: float, m: float) -> tuple[float, float, float, float]:
     """``(g, h, dg/dm, dh/dm)`` of a one-output loss at margin ``m``, all scalars (``h``
     unfloored): what :func:`point` then :func:`grad_hess` / :func:`jvp` compute, without the
