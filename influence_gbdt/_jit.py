@@ -15,7 +15,9 @@ next install. Here ``cache=True`` means: cache in
    first use in each process, and nothing is written.
 
 Never into the package directory. :data:`CACHE_DIR` holds the choice made at import: a
-subdirectory named by a digest of the package's sources (:func:`source_digest`). numba checks a
+subdirectory named by a digest of the package's sources (:func:`source_digest`); in our own
+directory (not in ``$NUMBA_CACHE_DIR``) the other versions' subdirectories that nothing has written
+to for :data:`STALE_DAYS` days are removed then. numba checks a
 cached kernel only against its *own* file's timestamp, so a kernel that calls a function of
 another module (every kernel calls the losses) would otherwise keep running the old callee after
 that module changed (an upgrade, or an edit in a development install).
@@ -29,7 +31,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -59,13 +64,46 @@ def cache_dir() -> str | None:
     cannot be written.
     """
     chosen = os.environ.get("NUMBA_CACHE_DIR")
+    own = not chosen
     if not chosen:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         if base.startswith("~"):  # no home directory to expand to
             return None
         chosen = os.path.join(base, "influence-gbdt")
-    chosen = os.path.join(os.path.abspath(chosen), source_digest())
-    return chosen if _writable_dir(chosen) else None
+    parent = os.path.abspath(chosen)
+    chosen = os.path.join(parent, source_digest())
+    if not _writable_dir(chosen):
+        return None
+    if own:  # never in $NUMBA_CACHE_DIR, which other projects share
+        _prune(parent, keep=chosen)
+    return chosen
+
+
+#: A version's cache unused this long is removed (each install or edit makes a new one).
+STALE_DAYS = 30
+
+
+def _prune(parent: str, keep: str) -> None:
+    """Remove the other versions' cache directories in ``parent`` that nothing has written to for
+    :data:`STALE_DAYS` days (the newest modification time of their entries). Best effort: a cache
+    removed under a process still using it only makes that process compile again."""
+    limit = time.time() - STALE_DAYS * 86400
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return
+    for entry in entries:
+        if entry.path == keep or not _DIGEST.fullmatch(entry.name) or not entry.is_dir(follow_symlinks=False):
+            continue
+        try:
+            newest = max((f.stat().st_mtime for f in os.scandir(entry.path)), default=entry.stat().st_mtime)
+        except OSError:
+            continue
+        if newest < limit:
+            shutil.rmtree(entry.path, ignore_errors=True)
+
+
+_DIGEST = re.compile(r"[0-9a-f]{16}")
 
 
 def source_digest() -> str:

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,6 +81,32 @@ def test_import_and_kernels_work_without_any_writable_cache_directory(tmp_path: 
         for path in [site, *site.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)
     assert _files(site) == before
+
+
+def test_stale_caches_of_other_versions_are_removed_from_our_own_directory_only(tmp_path: Path) -> None:
+    site = _installed_copy(tmp_path)
+    month_ago = time.time() - 31 * 86400
+
+    def plant(parent: Path, name: str, old: bool) -> Path:
+        sub = parent / name / "influence_gbdt_abc"
+        sub.mkdir(parents=True)
+        (sub / "kernel.nbi").write_text("")
+        if old:
+            for path in (sub / "kernel.nbi", sub, sub.parent):
+                os.utime(path, (month_ago, month_ago))
+        return sub.parent
+
+    own = tmp_path / "xdg" / "influence-gbdt"
+    stale, fresh, other = plant(own, "0123456789abcdef", True), plant(own, "fedcba9876543210", False), \
+        plant(own, "notes", True)
+    lines = _run(site, {"XDG_CACHE_HOME": str(tmp_path / "xdg")})
+    assert Path(lines[0]).parent == own
+    assert not stale.exists() and fresh.exists() and other.exists()
+    # $NUMBA_CACHE_DIR is shared with other projects: nothing in it is removed.
+    shared = tmp_path / "numba"
+    kept = plant(shared, "0123456789abcdef", True)
+    _run(site, {"NUMBA_CACHE_DIR": str(shared)})
+    assert kept.exists()
 
 
 def test_one_explainer_scored_from_two_threads() -> None:
