@@ -13,10 +13,10 @@ into ranges by the training thread count when 10,000 < N < 100,000; the model do
 :meth:`CatBoostAdapter.verify` finds it (``params={"thread_count": k}`` gives it directly).
 
 Objectives: Logloss, CrossEntropy, RMSE, Poisson, Tweedie, Huber, Quantile / MAE (Exact leaves),
-MultiClassOneVsAll, MultiRMSE and MultiClass with Gradient leaves are reproduced exactly; the
-table of what is refused and why is in :mod:`influence_gbdt.adapters.catboost_objectives`. A model
-with K outputs (classes, targets) is described as K engine trees per CatBoost tree, one per output,
-sharing its structure, in one round.
+MultiClassOneVsAll, MultiRMSE and MultiClass (Newton: one joint step with the full softmax
+hessian; or Gradient) are reproduced exactly; the table of what is refused and why is in
+:mod:`influence_gbdt.adapters.catboost_objectives`. A model with K outputs (classes, targets) is
+described as K engine trees per CatBoost tree, one per output, sharing its structure, in one round.
 
 What "without the row" means (LeafRefit)
 ----------------------------------------
@@ -330,11 +330,12 @@ class CatBoostAdapter(BoosterAdapter):
         iterations = int(p.get("leaf_estimation_iterations", 1))
         backtracking = iterations > 1 and p.get("leaf_estimation_backtracking", "No") == "AnyImprovement"
         from_average = bool(p.get("boost_from_average", False))
+        newton = p["leaf_estimation_method"] == "Newton"
         return TreeEnsemble.build(
             leaf_index=leaf_index, leaf_values=leaf_values, tree_output=np.tile(np.arange(K), counts.size),
             tree_round=np.repeat(np.arange(counts.size), K),
             loss=Loss(o.loss, n_outputs=K, params=o.params), learning_rate=lr,
-            newton=p["leaf_estimation_method"] == "Newton", l1=0.0, max_delta_step=0.0,
+            newton=newton, full_hessian=newton and o.name == "MultiClass", l1=0.0, max_delta_step=0.0,
             l2=0.0, l2_per_mean_weight=l2_leaf_reg, step_scales=np.ones(iterations),
             backtracking=backtracking,
             backtracking_objective=o.backtracking_objective() if backtracking else "exact",
@@ -345,7 +346,7 @@ class CatBoostAdapter(BoosterAdapter):
             base_rule=("quantile" if o.renewed else "mean") if from_average else "fixed",
             init_offset=self.init_offset(X, init_score), y=labels, user_weight=user_w,
             weight_group=groups, dataset_factor=class_weights, float32_weights=True,
-            dataset_factor_without=without, float32_l2=K > 1 and p["leaf_estimation_method"] == "Newton",
+            dataset_factor_without=without, float32_l2=K > 1 and newton,
         )
 
     def _ctr_training_leaves(

@@ -25,10 +25,9 @@ MultiClassOneVsAll         exact: one tree per class and round sharing the struc
                            diagonal Newton ``p(1-p)`` or Gradient steps, one step
 MultiRMSE                  exact: one tree per target, diagonal Newton (h = 1) or Gradient,
                            one step, per-target boost_from_average
-MultiClass                 exact with ``leaf_estimation_method='Gradient'`` and one step;
-                           refused: Newton (CatBoost's default: it solves the full K x K softmax
-                           hessian per leaf, which the engine's per-output trees do not model)
-                           -- retrain with leaf_estimation_method='Gradient'
+MultiClass                 exact: Newton (the default; one joint step per leaf with the full
+                           K x K softmax hessian, ``-(H + lam I)^-1 G``, lam floored at
+                           ``f32(max H_kk) * FLT_EPSILON``) or Gradient, one step
 several steps, K > 1       refused: one backtracking decision and each step's softmax couple
                            the K trees of a round; retrain with leaf_estimation_iterations=1
 Expectile, LogLinQuantile, refused: their leaf steps are not modelled (retrain with one of the
@@ -182,10 +181,6 @@ def _check_leaf_rule(o: CatBoostObjective, p: Mapping[str, Any]) -> None:
          "Huber with several leaf steps and AnyImprovement backtracking: CatBoost's Huber metric "
          "rejects every step (all leaves are 0); retrain with leaf_estimation_iterations=1 or "
          "leaf_estimation_backtracking='No'"),
-        (o.name == "MultiClass" and method == "Newton",
-         "MultiClass with Newton leaves (the default) solves the full K x K softmax hessian system "
-         "in every leaf, which is not modelled; retrain with leaf_estimation_method='Gradient' "
-         "(one step: leaf_estimation_iterations=1), which is reproduced exactly"),
         (o.multi_output and iterations > 1,
          f"{o.name} with leaf_estimation_iterations={iterations}: each step of one class is taken "
          "at the margins every class's earlier steps moved (and AnyImprovement decides for all "

@@ -7,6 +7,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from . import _jit as numba
+from . import _joint
 from ._kernels import NONE, add_round, round_sizes, select_leaves, step_point
 from ._renew import forward_tree
 from ._tables import Tables
@@ -16,13 +17,17 @@ from .losses import derivs1, grad_hess, jvp
 @numba.njit(cache=True, nogil=True, inline="always")  # called per row: a call would cost the
 def _add_row(  # reference counts of every array in the tables
     tb: Tables, r: int, s: int, A: NDArray[np.float64], j: int, J: NDArray[np.float64], only: int,
-    dG: NDArray[np.float64], dD: NDArray[np.float64], scratch: NDArray[np.float64],
+    dG: NDArray[np.float64], dD: NDArray[np.float64], dM: NDArray[np.float64], scratch: NDArray[np.float64],
 ) -> None:
     """Add row ``j``'s share ``w_j (dg/dm . J_j, dh/dm . J_j)`` to the leaf derivatives of the
     round's trees (only tree ``only`` if >= 0). ``dG``, ``dD`` are indexed by global leaf minus
-    the round's first leaf; ``scratch`` is (4, max(K, zsize))."""
+    the round's first leaf; a joint round fills ``dM`` (leaves, K) with the full hessian's
+    derivative instead of ``dD``; ``scratch`` is (4, max(K, zsize))."""
     K = A.shape[1]
     rl0 = tb.leaf_off[tb.round_ptr[r]]
+    if tb.joint[tb.round_ptr[r]]:
+        _joint.add_row_derivative(tb, r, A, j, J, only, dG, dM, scratch[1, : tb.zsize], scratch[2, :K])
+        return
     if K == 1:  # scalars: no per-row calls taking arrays (see _reverse._row_adjoints1)
         m = A[j, 0]
         for t in range(tb.round_ptr[r], tb.round_ptr[r + 1]):
@@ -73,6 +78,7 @@ def forward_one(  # noqa: C901 -- one loop nest over rounds, steps and the updat
     most_leaves, _ = round_sizes(tb)
     dG = np.empty(most_leaves)
     dD = np.empty(most_leaves)
+    dM = np.empty((most_leaves, K))
     scratch = np.empty((4, max(K, tb.zsize)))
     z = np.empty(tb.zsize)
     g = np.empty(K)
@@ -96,9 +102,10 @@ def forward_one(  # noqa: C901 -- one loop nest over rounds, steps and the updat
         for s in range(tb.n_steps[t0]):
             dG[:] = 0.0
             dD[:] = 0.0
+            dM[:, :] = 0.0
             if every:
                 for j in range(n):
-                    _add_row(tb, r, s, A, j, J[j], -1, dG, dD, scratch)
+                    _add_row(tb, r, s, A, j, J[j], -1, dG, dD, dM, scratch)
             else:
                 for t in range(t0, t1):
                     if track:
@@ -107,9 +114,12 @@ def forward_one(  # noqa: C901 -- one loop nest over rounds, steps and the updat
                                 first = tb.leaf_first[gl]
                                 for q in range(first, first + tb.leaf_count[gl]):
                                     j = tb.rows_by_leaf[t, q]
-                                    _add_row(tb, r, s, A, j, J[j], t, dG, dD, scratch)
+                                    _add_row(tb, r, s, A, j, J[j], t, dG, dD, dM, scratch)
                     if not (track and sel[tb.leaf_off[t] + tb.leaf[t, i0]]):
-                        _add_row(tb, r, s, A, i0, J[ji0], t, dG, dD, scratch)  # the row's own change
+                        _add_row(tb, r, s, A, i0, J[ji0], t, dG, dD, dM, scratch)  # the row's own change
+            if tb.joint[t0]:
+                _joint.forward_steps(tb, r, A, i0, s_i0, d_fac, tb.l2m[t0] * d_sumw / n, dG, dM, du)
+                continue
             step_point(tb, r, s, A, i0, mrow, z)
             grad_hess(tb.code, tb.prm, tb.y[i0], z, g, h)
             for t in range(t0, t1):

@@ -15,6 +15,8 @@ from numpy.typing import NDArray
 
 from . import _jit as numba
 from ._fastobj import exp_space_objective, fastexp_vec, objective_ranges
+from ._joint import replay_sums as joint_replay_sums
+from ._joint import round_slots, round_steps
 from ._renew import replay_tree
 from ._tables import Tables
 from .losses import derivs1, grad_hess, jvp, point, value, weighted
@@ -26,6 +28,9 @@ TOPK = 2
 _MAX_TIE_PATHS = 4096
 
 _jit = numba.njit(cache=True, nogil=True)
+#: Helpers called once per row and taking the tables: inlined (a call costs the reference counts
+#: of every array in them, ~2 us; see ``_reverse._row_adjoints1``).
+_per_row = numba.njit(cache=True, nogil=True, inline="always")
 
 
 @_jit
@@ -67,7 +72,7 @@ def leaf_step(G: float, H: float, lam: float, l1: float, mds: float) -> tuple[fl
     return raw, -1.0 / D, -raw / D
 
 
-@_jit
+@_per_row
 def row_margin(
     tb: Tables, r: int, A: NDArray[np.float64], j: int, u: NDArray[np.float64], mrow: NDArray[np.float64]
 ) -> None:
@@ -126,7 +131,7 @@ def select_leaves(
     return False
 
 
-@_jit
+@_per_row
 def step_point(
     tb: Tables, r: int, s: int, A: NDArray[np.float64], j: int, mrow: NDArray[np.float64],
     z: NDArray[np.float64],
@@ -379,6 +384,11 @@ def replay(tb: Tables, A: NDArray[np.float64]) -> None:
             continue
         if tb.backtrack[t0]:
             _replay_walk(tb, r, A, u, mean_w, d, step, point_buf, dl, scratch)
+        elif tb.joint[t0]:  # one step for the round's trees together
+            joint_replay_sums(tb, r, A)
+            round_steps(tb, r, l2_term(tb, t0, mean_w), tb.G, tb.HX, round_slots(tb, r), d, True)
+            for gl in range(rl0, tb.leaf_off[t1]):
+                u[gl] += d[gl - rl0]
         else:
             for s in range(tb.n_steps[t0]):  # trees sharing a round take one step each
                 _replay_sums(tb, r, s, A, u, scratch)

@@ -7,6 +7,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from . import _jit as numba
+from ._joint import add_hessian_row, round_steps
 from ._kernels import (
     NONE,
     add_round,
@@ -40,9 +41,10 @@ def _margin(
 def _round_sums(
     tb: Tables, r: int, a: int, A: NDArray[np.float64], delta: NDArray[np.float64], u: NDArray[np.float64],
     w_new: NDArray[np.float64], sel: NDArray[np.bool_], every: bool, changed: bool, i0: int,
-    Gs: NDArray[np.float64], Hs: NDArray[np.float64], scratch: NDArray[np.float64],
+    Gs: NDArray[np.float64], Hs: NDArray[np.float64], HXs: NDArray[np.float64], scratch: NDArray[np.float64],
 ) -> None:
-    """Leaf sums of round ``r`` at in-tree moves ``u`` (its ``a``-th step), row ``i0`` deleted.
+    """Leaf sums of round ``r`` at in-tree moves ``u`` (its ``a``-th step), row ``i0`` deleted;
+    a joint round also sums its full hessian rows into ``HXs`` (leaves, K).
 
     A leaf whose rows all keep their original margins and weights, at the original replay's
     ``a``-th step, reuses the cached sums minus row ``i0``'s share; the others are summed anew.
@@ -52,6 +54,7 @@ def _round_sums(
     rl0 = tb.leaf_off[t0]
     mrow, z, g, h = scratch[0, :K], scratch[1, : tb.zsize], scratch[2, :K], scratch[3, :K]
     track = delta.shape[0] > 0
+    joint = tb.joint[t0]
     for t in range(t0, t1):
         c = tb.out[t]
         for gl in range(tb.leaf_off[t], tb.leaf_off[t + 1]):
@@ -60,15 +63,21 @@ def _round_sums(
             clean = not (every or changed or sel[gl]) and sl >= 0 and u[gl] == tb.u_before[sl]
             Gs[gl - rl0] = 0.0
             Hs[gl - rl0] = 0.0
+            if joint:
+                HXs[gl - rl0] = 0.0
             if clean:
                 Gs[gl - rl0] = tb.G[sl]
                 Hs[gl - rl0] = tb.H[sl]
+                if joint:
+                    HXs[gl - rl0] = tb.HX[sl]
                 if lj == tb.leaf[t, i0]:  # the cached sums without row i0's original share
                     step_point(tb, r, a, A, i0, mrow, z)
                     grad_hess(tb.code, tb.prm, tb.y[i0], z, g, h)
                     wg, wh = weighted(tb.code, g[c], h[c], tb.w[i0], tb.f32)
                     Gs[gl - rl0] -= wg
                     Hs[gl - rl0] -= wh if tb.newton[t] else tb.w[i0]
+                    if joint:
+                        add_hessian_row(z, c, -tb.w[i0], HXs[gl - rl0])
                 continue
             first = tb.leaf_first[gl]
             moved = track and (every or sel[gl])
@@ -85,6 +94,8 @@ def _round_sums(
                     point(tb.code, tb.prm, mrow, z)
                     grad_hess(tb.code, tb.prm, tb.y[j], z, g, h)
                     wg, wh = weighted(tb.code, g[c], h[c], w_new[j], tb.f32)
+                    if joint:
+                        add_hessian_row(z, c, w_new[j], HXs[gl - rl0])
                 Gs[gl - rl0] += wg
                 Hs[gl - rl0] += wh if tb.newton[t] else w_new[j]
 
@@ -134,6 +145,7 @@ def refit_one(  # noqa: C901 -- one loop nest over rounds and steps, with the ba
     most_leaves, _ = round_sizes(tb)
     Gs = np.empty(most_leaves)
     Hs = np.empty(most_leaves)
+    HXs = np.empty((most_leaves if tb.HX.shape[0] else 0, K))
     d = np.empty(most_leaves)
     dl = np.empty(most_leaves)
     point_buf = np.empty(n)
@@ -151,7 +163,7 @@ def refit_one(  # noqa: C901 -- one loop nest over rounds and steps, with the ba
             refit_tree(tb, t0, A, delta, sel, every, changed, w_new, i0, out)
         elif tb.backtrack[t0]:  # alone in its round: AnyImprovement, re-decided without the row
             accepted, scale = 0, 1.0
-            _round_sums(tb, r, 0, A, delta, u, w_new, sel, every, changed, i0, Gs, Hs, scratch)
+            _round_sums(tb, r, 0, A, delta, u, w_new, sel, every, changed, i0, Gs, Hs, HXs, scratch)
             _round_steps(tb, r, Gs, Hs, mean_w, d)
             step[rl0:rl1] = 0.0
             current = tree_objective(
@@ -168,14 +180,20 @@ def refit_one(  # noqa: C901 -- one loop nest over rounds and steps, with the ba
                         u[gl] += step[gl]
                     current, accepted, scale, fresh = trial, accepted + 1, 1.0, True
                     if it + 1 < tb.n_iter[t0]:
-                        _round_sums(
-                            tb, r, accepted, A, delta, u, w_new, sel, every, changed, i0, Gs, Hs, scratch)
+                        _round_sums(tb, r, accepted, A, delta, u, w_new, sel, every, changed, i0,
+                                    Gs, Hs, HXs, scratch)
                         _round_steps(tb, r, Gs, Hs, mean_w, d)
                 else:
                     scale *= 0.5
+        elif tb.joint[t0]:  # one step for the round's trees together
+            _round_sums(tb, r, 0, A, delta, u, w_new, sel, every, changed, i0, Gs, Hs, HXs, scratch)
+            local = tb.leaf_off[t0:t1] - rl0
+            round_steps(tb, r, l2_term(tb, t0, mean_w), Gs, HXs, local, d, False)
+            for gl in range(rl0, rl1):
+                u[gl] += d[gl - rl0]
         else:
             for s in range(tb.n_steps[t0]):
-                _round_sums(tb, r, s, A, delta, u, w_new, sel, every, changed, i0, Gs, Hs, scratch)
+                _round_sums(tb, r, s, A, delta, u, w_new, sel, every, changed, i0, Gs, Hs, HXs, scratch)
                 _round_steps(tb, r, Gs, Hs, mean_w, d)
                 for t in range(t0, t1):
                     for gl in range(tb.leaf_off[t], tb.leaf_off[t + 1]):

@@ -11,6 +11,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from . import _jit as numba
+from . import _joint
 from ._kernels import add_round, round_sizes, step_point
 from ._renew import reverse_tree
 from ._tables import Tables
@@ -187,6 +188,11 @@ def reverse(
         for b in range(B):
             u_bar[b, :n_round] = c_leaf[b, rl0 : rl0 + n_round]
         gather_adjoints(tb, r, a_bar, u_bar)
+        if tb.joint[t0]:
+            _joint.leaf_adjoints(tb, r, n, u_bar, g_bar, big_w_bar)
+            add_round(tb, r, A, tb.stored, -1.0)
+            _joint.row_adjoints(tb, r, A, g_bar, a_bar, w_bar)
+            continue
         leaf_adjoints(tb, r, n, u_bar, g_bar, d_bar, big_w_bar)
         add_round(tb, r, A, tb.stored, -1.0)
         if tb.renew[t0]:

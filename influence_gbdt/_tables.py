@@ -37,6 +37,7 @@ class Tables(NamedTuple):
     out: NDArray[np.int64]  # (T,) output of each tree
     round_ptr: NDArray[np.int64]  # (R + 1,)
     newton: NDArray[np.bool_]  # (T,)
+    joint: NDArray[np.bool_]  # (T,) the round takes one joint full-hessian Newton step (_joint)
     lr: NDArray[np.float64]  # (T,)
     l1: NDArray[np.float64]  # (T,)
     mds: NDArray[np.float64]  # (T,) max_delta_step, 0 = none
@@ -83,7 +84,10 @@ class Tables(NamedTuple):
     SDG: NDArray[np.float64]  # (n_sl,) sum w dg/dm (own output), multi-step trees only
     SDH: NDArray[np.float64]  # (n_sl,) sum w dh/dm (own output), multi-step trees only
     RG: NDArray[np.float64]  # (n_sl,) d step / d G
-    RD: NDArray[np.float64]  # (n_sl,) d step / d (H + lam)
+    RD: NDArray[np.float64]  # (n_sl,) d step / d (H + lam); joint trees: the step itself
+    HX: NDArray[np.float64]  # (n_sl, K) joint trees: row out[t] of the leaf's full hessian sum; else (0, K)
+    MI: NDArray[np.float64]  # (n_sl, K) joint trees: row out[t] of (H + lam I)^-1; else (0, K)
+    HXV: NDArray[np.float64]  # (n_sl, G * K) per-group sums of v * hessian row (as GV); else (0, 0)
     GV: NDArray[np.float64]  # (n_sl, G) per-group sum v g (only with factor derivatives; else (0, 0))
     HV: NDArray[np.float64]  # (n_sl, G) per-group sum v h or v (as GV)
     ren_sel: NDArray[np.int64]  # (n_total, 2) rows whose residuals a renewed leaf follows (-1: none)
@@ -108,18 +112,23 @@ def build_tables(e: TreeEnsemble, group_sums: bool) -> Tables:
     scales[:, : e.step_scales.shape[1]] = e.step_scales
     scales[e.backtracking] = 0.0
     n_sl = int(sl_off[-1])
-    rows_by_leaf = np.argsort(e.leaf_index, axis=1, kind="stable").astype(np.int32)
+    round_ptr = np.searchsorted(e.tree_round, np.arange(int(e.tree_round[-1]) + 2)).astype(np.int64)
+    # The trees of a joint round share the structure of its first: sorted once per round.
+    source = np.where(e.full_hessian, round_ptr[e.tree_round], np.arange(T))
+    unique, shared = np.unique(source, return_inverse=True)
+    rows_by_leaf = np.argsort(e.leaf_index[unique], axis=1, kind="stable").astype(np.int32)[shared]
     global_leaf = e.leaf_index.astype(np.int64) + e.leaf_offset[:-1, None]
     leaf_count = np.bincount(global_leaf.ravel(), minlength=e.n_total_leaves).astype(np.int64)
     first_global = np.zeros(e.n_total_leaves + 1, dtype=np.int64)
     np.cumsum(leaf_count, out=first_global[1:])
     # Position of each leaf's first row inside its own tree's row of rows_by_leaf.
     leaf_first = first_global[:-1] - np.repeat(np.arange(T, dtype=np.int64) * n, e.n_leaves)
-    round_ptr = np.searchsorted(e.tree_round, np.arange(int(e.tree_round[-1]) + 2)).astype(np.int64)
     G = e.n_groups if group_sums else 0
+    n_joint = n_sl if e.full_hessian.any() else 0
+    K = e.n_outputs
     return _one_type(Tables(
         leaf=e.leaf_index, leaf_off=e.leaf_offset, out=e.tree_output, round_ptr=round_ptr,
-        newton=e.newton, lr=e.learning_rate, l1=e.l1, mds=e.max_delta_step, l2=e.l2,
+        newton=e.newton, joint=e.full_hessian, lr=e.learning_rate, l1=e.l1, mds=e.max_delta_step, l2=e.l2,
         l2m=e.l2_per_mean_weight, f32l2=e.float32_l2, n_steps=e.n_steps.copy(), scales=scales,
         backtrack=e.backtracking,
         n_iter=e.n_iterations, renew=e.renewed, q_alpha=e.quantile_alpha,
@@ -137,6 +146,8 @@ def build_tables(e: TreeEnsemble, group_sums: bool) -> Tables:
         values=np.empty(e.n_total_leaves), u_before=np.zeros(n_sl), G=np.zeros(n_sl),
         H=np.zeros(n_sl), SDG=np.zeros(n_sl), SDH=np.zeros(n_sl), RG=np.zeros(n_sl),
         RD=np.zeros(n_sl), GV=np.zeros((n_sl if G else 0, G)), HV=np.zeros((n_sl if G else 0, G)),
+        HX=np.zeros((n_joint, K)), MI=np.zeros((n_joint, K)),
+        HXV=np.zeros((n_joint if G else 0, G * K if n_joint and G else 0)),
         ren_sel=np.full((e.n_total_leaves, 2), -1, dtype=np.int64), ren_coef=np.zeros((e.n_total_leaves, 2)),
         ren_wd=np.zeros((e.n_total_leaves, 4)),
     ))

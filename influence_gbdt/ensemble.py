@@ -28,6 +28,14 @@ starts at 0 and after each step ``s`` moves by ``step_scales[t, s] * delta[l]``:
     delta = -sign(G) * max(|G| - l1[t], 0) / (H + lam), clipped to +-max_delta_step[t] if > 0,
             and 0 where H <= 0 (an empty leaf).
 
+A round of *joint* Newton trees (``full_hessian[t]``; CatBoost's MultiClass leaves) takes one
+step for all its ``K`` trees at once, with the loss's full ``K x K`` hessian: the round's trees
+``c = 0 .. K - 1`` share one structure and, per leaf, with ``H`` now the matrix
+``sum_{j in l} w[j] * hess(y[j], A[j])`` (softmax: ``p_c (delta_cd - p_d)``)::
+
+    lam = max(l2[leaf] + R(l2_per_mean_weight * sum_j w[j] / n), f32(f32(max_c H_cc) * FLT_EPSILON))
+    delta = -(H + lam I)^{-1} G                     (0 where H + lam I is singular: an empty leaf)
+
 The tree's leaf value is ``learning_rate[t] * u`` after its last step. ``g, h`` are the booster's
 gradient and hessian of the :class:`~influence_gbdt.losses.Loss`. Trees with several steps are
 alone in their round. With ``backtracking[t]`` (CatBoost's AnyImprovement) each of the tree's
@@ -144,6 +152,10 @@ class TreeEnsemble:
         margins. Non-decreasing in steps of at most one.
     newton : ndarray of shape (T,), bool
         True for Newton steps (H = sum w*h), False for Gradient steps (H = sum w).
+    full_hessian : ndarray of shape (T,), bool
+        The tree's round takes one joint Newton step with the full softmax hessian (module
+        docstring): its trees are tree ``round start + c`` for output ``c``, share their leaves,
+        take one step of scale 1 without L1, clipping or backtracking.
     learning_rate, l1, max_delta_step : ndarray of shape (T,), float64
         Shrinkage; L1 soft threshold on G; clip of each step (0 = none).
     l2 : ndarray of shape (n_total,), float64
@@ -218,6 +230,7 @@ class TreeEnsemble:
     tree_output: NDArray[np.int64]
     tree_round: NDArray[np.int64]
     newton: NDArray[np.bool_]
+    full_hessian: NDArray[np.bool_]
     learning_rate: NDArray[np.float64]
     l1: NDArray[np.float64]
     max_delta_step: NDArray[np.float64]
@@ -308,9 +321,9 @@ class TreeEnsemble:
             raise InputError(f"head needs a number of trees that ends a round, in 1 .. {self.n_trees}.")
         leaves = int(self.leaf_offset[T])
         per_tree = {name: getattr(self, name)[:T] for name in (
-            "leaf_index", "n_leaves", "tree_output", "tree_round", "newton", "learning_rate", "l1",
-            "max_delta_step", "l2_per_mean_weight", "n_steps", "step_scales", "backtracking", "n_iterations",
-            "renewed", "quantile_alpha")}
+            "leaf_index", "n_leaves", "tree_output", "tree_round", "newton", "full_hessian", "learning_rate",
+            "l1", "max_delta_step", "l2_per_mean_weight", "n_steps", "step_scales", "backtracking",
+            "n_iterations", "renewed", "quantile_alpha")}
         return replace(self, leaf_values=self.leaf_values[:leaves], l2=self.l2[:leaves], **per_tree)
 
     def trees(self, start: int, end: int) -> TreeEnsemble:
@@ -333,7 +346,7 @@ class TreeEnsemble:
             margin[:, self.tree_output[t]] += self.leaf_values[self.leaf_offset[t] + self.leaf_index[t]]
         leaves = slice(int(self.leaf_offset[S]), int(self.leaf_offset[end]))
         per_tree = {name: getattr(head, name)[S:] for name in (
-            "leaf_index", "n_leaves", "tree_output", "newton", "learning_rate", "l1",
+            "leaf_index", "n_leaves", "tree_output", "newton", "full_hessian", "learning_rate", "l1",
             "max_delta_step", "l2_per_mean_weight", "n_steps", "step_scales", "backtracking", "n_iterations",
             "renewed", "quantile_alpha")}
         return replace(
@@ -359,6 +372,7 @@ class TreeEnsemble:
         tree_round: ArrayLike | None = None,
         learning_rate: ArrayLike = 1.0,
         newton: ArrayLike = True,
+        full_hessian: ArrayLike = False,
         l2: ArrayLike | list[ArrayLike] = 0.0,
         l2_per_mean_weight: ArrayLike = 0.0,
         l1: ArrayLike = 0.0,
@@ -412,6 +426,8 @@ class TreeEnsemble:
         tree_round : array-like of shape (T,), optional
             Default: one tree per round.
         learning_rate, newton, l1, max_delta_step, l2_per_mean_weight, backtracking : scalar or (T,)
+        full_hessian : scalar or (T,)
+            Joint Newton rounds (see the class attributes); the softmax loss only.
         l2 : scalar, per tree (T,), per leaf (n_total,), or a list of T per-leaf arrays
         step_scales : array-like of shape (T, S), optional
             Accepted step scales; default one step of scale 1 per tree.
@@ -547,6 +563,13 @@ class TreeEnsemble:
         if np.any(renew & ((alphas <= 0) | (alphas >= 1))):
             raise InputError("quantile_alpha of a renewed tree must lie in (0, 1).")
 
+        joint = _per_tree("full_hessian", full_hessian, n_trees, np.bool_)
+        if joint.any():
+            _check_joint(joint, rounds, outputs, leaf_idx, counts, steps, tries, scales, loss_obj, K,
+                         _per_tree("l1", l1, n_trees, np.float64),
+                         _per_tree("max_delta_step", max_delta_step, n_trees, np.float64),
+                         _per_tree("backtracking", backtracking, n_trees, np.bool_), renew)
+
         labels = loss_obj.as_labels(y, "training labels")
         if labels.shape[0] != n_rows:
             raise InputError(f"y has {labels.shape[0]} rows, leaf_index {n_rows}.")
@@ -581,6 +604,7 @@ class TreeEnsemble:
             tree_output=outputs,
             tree_round=rounds,
             newton=_per_tree("newton", newton, n_trees, np.bool_),
+            full_hessian=joint,
             learning_rate=_per_tree("learning_rate", learning_rate, n_trees, np.float64),
             l1=_per_tree("l1", l1, n_trees, np.float64),
             max_delta_step=_per_tree("max_delta_step", max_delta_step, n_trees, np.float64),
@@ -620,3 +644,31 @@ class TreeEnsemble:
             float32_gradients=bool(float32_gradients),
             float32_l2=bool(float32_l2),
         )
+
+
+def _check_joint(
+    joint: NDArray[np.bool_], rounds: NDArray[np.int64], outputs: NDArray[np.int64],
+    leaf_idx: NDArray[np.int32], counts: NDArray[np.int64], steps: NDArray[np.int64],
+    tries: NDArray[np.int64], scales: NDArray[np.float64], loss: Loss, K: int,
+    l1: NDArray[np.float64], mds: NDArray[np.float64], backtracking: NDArray[np.bool_],
+    renew: NDArray[np.bool_],
+) -> None:
+    """Refuse ``full_hessian`` trees whose round is not one joint softmax Newton step."""
+    if loss.name != "softmax" or loss.params.get("factor", 1.0) != 1.0 or loss.hessian_floor != 0.0:
+        raise InputError("full_hessian rounds are modelled for the softmax loss (factor 1, no hessian "
+                         f"floor), not {loss.name}.")
+    if np.any(joint & ((steps != 1) | (tries != 1) | (scales[:, 0] != 1.0) | (l1 != 0) | (mds != 0)
+                       | backtracking | renew)):
+        raise InputError("A full_hessian tree takes one step of scale 1, without l1, max_delta_step, "
+                         "backtracking or renewal.")
+    starts = np.flatnonzero(np.r_[True, np.diff(rounds) > 0])
+    sizes = np.diff(np.r_[starts, rounds.size])
+    for t0, size in zip(starts, sizes, strict=True):  # one check per round, not per row
+        trees = slice(t0, t0 + size)
+        if not joint[trees].any():
+            continue
+        if (not joint[trees].all() or size != K or not np.array_equal(outputs[trees], np.arange(K))
+                or np.any(counts[trees] != counts[t0])
+                or np.any(leaf_idx[trees] != leaf_idx[t0][None, :])):
+            raise InputError(f"The full_hessian round starting at tree {t0} must hold {K} trees, one per "
+                             "output in order, sharing one structure.")

@@ -216,6 +216,7 @@ class Spec:
     renew: str | None = None  # renewed leaves: the quantile method ("xgboost", "lightgbm", "catboost")
     q_weighted: bool = False
     q_delta: float = 0.0
+    joint: bool = False  # each round: one Newton step of its K trees with the full softmax hessian
 
     # -- the model on changed data ---------------------------------------------------------------
     def factors(self, v: np.ndarray, present: np.ndarray, rule: FactorRule | None) -> np.ndarray:
@@ -266,7 +267,10 @@ class Spec:
         for r in np.unique(self.rounds):
             trees = np.flatnonzero(self.rounds == r)
             new = []
-            for t in trees:
+            if self.joint:
+                new = self._joint_round(trees, A, w, mean_w)
+                accepted_all.extend([[1.0]] * len(trees))
+            for t in trees[len(new):]:
                 f, acc = self._tree(t, A, w, mean_w)
                 new.append(f)
                 accepted_all.append(acc)
@@ -290,6 +294,29 @@ class Spec:
         Gt = np.sign(G) * np.maximum(np.abs(G) - self.l1, 0.0)
         raw = np.where(D > 0, -Gt / np.where(D > 0, D, 1.0), 0.0)
         return np.clip(raw, -self.mds, self.mds) if self.mds > 0 else raw
+
+    def _joint_round(
+        self, trees: np.ndarray, A: np.ndarray, w: np.ndarray, mean_w: float
+    ) -> list[np.ndarray]:
+        """Leaf values of a round of K trees sharing ``leaf[trees[0]]``: per leaf
+        ``-(H + lam I)^{-1} G`` with the full softmax hessian ``sum w (diag(p) - p p^T)`` and
+        ``lam = max(l2 + l2m * mean_w, f32(f32(max diag H) * FLT_EPSILON))``."""
+        t0, K = trees[0], len(trees)
+        e = np.exp(A - A.max(axis=1, keepdims=True))
+        p = e / e.sum(axis=1, keepdims=True)
+        g = p - (self.y[:, None] == np.arange(K)[None, :])
+        values = np.zeros((self.n_leaves[t0], K))
+        for leaf in range(self.n_leaves[t0]):
+            rows = self.leaf[t0] == leaf
+            G = (w[rows, None] * g[rows]).sum(axis=0)
+            wp = w[rows, None] * p[rows]
+            H = np.diag(wp.sum(axis=0)) - wp.T @ p[rows]
+            floor = float(np.float32(np.float32(H.diagonal().max()) * np.finfo(np.float32).eps))
+            lam = max(self.l2[t0][leaf] + self.l2m * mean_w, floor)
+            M = H + lam * np.eye(K)
+            if np.linalg.matrix_rank(M) == K:
+                values[leaf] = -np.linalg.solve(M, G)
+        return [self.lr[t] * values[:, c] for c, t in enumerate(trees)]
 
     def _tree(self, t: int, A: np.ndarray, w: np.ndarray, mean_w: float) -> tuple[np.ndarray, list[float]]:
         u = np.zeros(self.n_leaves[t])
@@ -383,6 +410,7 @@ class Spec:
             step_scales=scales,
             n_steps=n_steps if self.backtrack else None,
             backtracking=self.backtrack,
+            full_hessian=self.joint,
             n_iterations=self.n_iter if self.backtrack else None,
             base_margin=self.base,
             base_rule=(("quantile" if self.renew else "newton_step" if self.base_newton else "mean")
@@ -440,9 +468,10 @@ def random_spec(
     renew: str | None = None,
     q_weighted: bool = False,
     q_delta: float = 0.0,
+    joint: bool = False,
 ) -> Spec:
     """A random structure with random labels, weights and offsets; multi-output losses get one
-    tree per output per round (``K`` outputs)."""
+    tree per output per round (``K`` outputs), sharing one structure per round with ``joint``."""
     rng = np.random.default_rng(seed)
     if K > 1:
         trees_per_round = K
@@ -450,6 +479,9 @@ def random_spec(
     n_leaves = rng.integers(2, max_leaves + 1, n_trees)
     leaf = np.stack([rng.integers(0, L, n) for L in n_leaves])
     test_leaf = np.stack([rng.integers(0, L, m) for L in n_leaves])
+    if joint:  # the round's trees share the first one's structure
+        first = np.arange(n_trees) // K * K
+        n_leaves, leaf, test_leaf = n_leaves[first], leaf[first], test_leaf[first]
     y, y_test = _labels(loss, K, n, rng), _labels(loss, K, m, rng)
     # Weights on a float32-exact grid (multiples of 1/256), so that a booster's float32 weights and
     # the finite-difference steps of the tests (multiples of 2**-10) involve no rounding.
@@ -495,6 +527,7 @@ def random_spec(
         renew=renew,
         q_weighted=q_weighted,
         q_delta=q_delta,
+        joint=joint,
     )
     if base_refit:
         spec.base = spec.base_for(v, np.ones(n, bool))

@@ -77,6 +77,11 @@ CONFIGS = {
                               weighted=True, dataset_rule=balanced_counts),
     "softmax-4-floored": dict(loss="softmax", K=4, n_trees=8, params={"factor": 2.0}, floor=1e-16, l1=0.05),
     "one-vs-all": dict(loss="one_vs_all", K=3, n_trees=6, base_refit=True, weighted=True),
+    # CatBoost's MultiClass Newton: one joint step per round with the full softmax hessian.
+    "softmax-joint-newton": dict(loss="softmax", K=3, n_trees=9, joint=True, base_refit=True, weighted=True,
+                                 dataset_rule=balanced_counts, l2m=1.0),
+    "softmax-joint-weight-factors": dict(loss="softmax", K=4, n_trees=8, joint=True, weighted=True,
+                                         objective_rule=balanced_weights, l2=0.0, l2m=0.5),
     "multi-target": dict(loss="multi_squared", K=2, n_trees=6, base_refit=True, weighted=True, mds=0.5),
 }
 ROWS = np.arange(0, 60, 5)

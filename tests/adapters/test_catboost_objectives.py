@@ -79,6 +79,8 @@ SETTINGS = [
     ("CrossEntropy", dict(leaf_estimation_method="Gradient", boost_from_average=True), False),
     ("MultiClass", dict(leaf_estimation_method="Gradient"), True),
     ("MultiClass", dict(leaf_estimation_method="Gradient", class_weights=[1.0, 2.5, 0.7]), False),
+    ("MultiClass", dict(), True),  # the default: Newton, one joint step with the full hessian
+    ("MultiClass", dict(class_weights=[1.0, 2.5, 0.7], l2_leaf_reg=0.5), False),
     ("MultiClassOneVsAll", dict(), True),
     ("MultiClassOneVsAll", dict(leaf_estimation_method="Gradient", auto_class_weights="SqrtBalanced"), False),
     ("MultiRMSE", dict(), True),
@@ -134,7 +136,7 @@ def test_huber_residual_equal_to_delta_is_outside(data):
         ("Quantile:alpha=0.3", dict(leaf_estimation_method="Gradient"), "leaf_estimation_method='Exact'"),
         ("MAE", dict(leaf_estimation_iterations=3), "leaf_estimation_iterations=1"),
         ("Huber:delta=0.7", dict(leaf_estimation_iterations=3), "rejects every step"),
-        ("MultiClass", {}, "leaf_estimation_method='Gradient'"),
+        ("MultiClass", dict(leaf_estimation_iterations=3), "leaf_estimation_iterations=1"),
         ("MultiClass", dict(leaf_estimation_method="Gradient", leaf_estimation_iterations=3),
          "leaf_estimation_iterations=1"),
         ("MultiRMSE", dict(leaf_estimation_iterations=2), "leaf_estimation_iterations=1"),
@@ -163,6 +165,7 @@ REFIT_CASES = [  # smaller models where deletion retrains rarely keep the struct
     ("Quantile:alpha=0.3", dict(), True),
     ("CrossEntropy", dict(leaf_estimation_iterations=3), True),
     ("MultiClass", dict(leaf_estimation_method="Gradient", depth=2, iterations=5), True),
+    ("MultiClass", dict(depth=2, iterations=5), True),  # Newton, full hessian
     ("MultiClassOneVsAll", dict(depth=2, iterations=5), False),
     ("MultiRMSE", dict(depth=2, iterations=5), True),
 ]
@@ -219,6 +222,7 @@ INFLUENCE_CASES = [
     ("Tweedie:variance_power=1.3", dict(leaf_estimation_iterations=2)),
     ("CrossEntropy", dict()),
     ("MultiClass", dict(leaf_estimation_method="Gradient")),
+    ("MultiClass", dict()),  # Newton, full hessian
     ("MultiClassOneVsAll", dict()),
     ("MultiRMSE", dict(boost_from_average=False)),
 ]
@@ -284,11 +288,15 @@ def test_exact_leaves_do_not_move_with_weights(data):
     np.testing.assert_array_equal(_raw(moved, Xt), _raw(model, Xt))
 
 
-def test_multiclass_reverse_equals_forward(data):
+@pytest.mark.parametrize("kw", [
+    dict(leaf_estimation_method="Gradient", class_weights=[1.0, 2.0, 0.5]),
+    dict(class_weights=[1.0, 2.0, 0.5]),  # Newton: the joint full-hessian step
+    dict(auto_class_weights="Balanced"),  # class factors that move with the weights
+])
+def test_multiclass_reverse_equals_forward(data, kw):
     X, Xt, labels, w = data
     y = labels["MultiClass"][0]
-    model = cb.CatBoost({**BASE, "loss_function": "MultiClass", "leaf_estimation_method": "Gradient",
-                         "class_weights": [1.0, 2.0, 0.5]}).fit(X, y, sample_weight=w)
+    model = cb.CatBoost({**BASE, "loss_function": "MultiClass", **kw}).fit(X, y, sample_weight=w)
     adapter = CatBoostAdapter(model)
     eng = adapter.prepare(X, y, w)
     test = TestPoints(leaf_index=adapter.leaf_indices(Xt), offset=adapter.init_offset(Xt),
@@ -308,16 +316,19 @@ def test_multiclass_reverse_equals_forward(data):
 # The models users have: classifiers with string labels on DataFrames, class weights, early stopping.
 
 
-@pytest.mark.parametrize("loss", ["MultiClass", "MultiClassOneVsAll"])
-def test_multiclass_classifier_string_labels_dataframe_early_stopping(data, loss):
+@pytest.mark.parametrize(("loss", "leaves"), [
+    ("MultiClass", {}),  # CatBoost's defaults: Newton, one step
+    ("MultiClass", dict(leaf_estimation_method="Gradient", leaf_estimation_iterations=1)),
+    ("MultiClassOneVsAll", dict(leaf_estimation_method="Gradient", leaf_estimation_iterations=1)),
+])
+def test_multiclass_classifier_string_labels_dataframe_early_stopping(data, loss, leaves):
     X, Xt, labels, w = data
     cols = ["a", "b", "c", "d", "e"]
     Xf, Xtf = pd.DataFrame(X, columns=cols), pd.DataFrame(Xt, columns=cols)
     names = np.array(["setosa", "versicolor", "virginica"])
     y, yt = names[labels["MultiClass"][0]], names[labels["MultiClass"][1]]
     model = cb.CatBoostClassifier(
-        loss_function=loss, leaf_estimation_method="Gradient", leaf_estimation_iterations=1,
-        auto_class_weights="Balanced",
+        loss_function=loss, **leaves, auto_class_weights="Balanced",
         iterations=200, learning_rate=0.2, depth=3, verbose=0, random_seed=0, thread_count=2,
         allow_writing_files=False, early_stopping_rounds=5,
     ).fit(Xf, y, sample_weight=w, eval_set=(Xtf, yt))
@@ -341,3 +352,14 @@ def test_multi_output_newton_rounds_l2_to_float32(data, loss):
     assert e.float32_l2
     assert InfluenceEngine(e).relative_residual < 1e-12
     assert InfluenceEngine(replace(e, float32_l2=False)).relative_residual > 1e-9
+
+
+def test_multiclass_newton_needs_the_full_hessian(data):
+    """CatBoost's MultiClass Newton leaves solve the full K x K softmax system: the diagonal
+    hessian (each class alone, as XGBoost / LightGBM trees do) misses its leaves by ~0.1-1 relative
+    (measured), the joint step reproduces them to rounding."""
+    model, y, sw = fit(data, "MultiClass", True)
+    e = CatBoostAdapter(model).describe(data[0], y, sw)
+    assert e.full_hessian.all()
+    assert InfluenceEngine(e).relative_residual < 1e-12
+    assert InfluenceEngine(replace(e, full_hessian=np.zeros_like(e.full_hessian))).relative_residual > 1e-3

@@ -1,0 +1,343 @@
+"""Joint Newton rounds (numba): one step for all ``K`` trees of a round with the full softmax
+hessian (CatBoost's MultiClass leaves). Private: used by the replay, reverse and forward modes and
+LeafRefit.
+
+In a joint round the trees ``t0 + c`` (output ``c``) share one structure. Per leaf, with
+``G`` the K-vector ``sum w g`` and ``H`` the K x K matrix ``sum w P`` (``P = diag(p) - p p^T`` at
+the row's margins), the step is ``delta = -M^{-1} G`` with ``M = H + lam I`` (see
+:class:`~influence_gbdt.ensemble.TreeEnsemble`). Its differential is
+``d delta = -M^{-1} (dG + dM delta)``; in reverse, with ``a = -M^{-1} delta_bar`` (``M`` is
+symmetric), ``G_bar = a`` and ``M_bar = a delta^T``, so one row of weight ``w`` and probabilities
+``p`` receives ``w_bar = a . g + a^T P delta`` and a margin adjoint ``w J (a + q)`` where
+``J = diag(p) - p p^T`` is the softmax Jacobian and ``q = d(a^T P delta)/dp``. Every per-row
+quantity costs O(K); the K x K solves are per leaf.
+
+Layout: for joint tree ``t`` (output ``c``) and leaf slot ``o`` of its step, ``tb.HX[o]`` is row
+``c`` of the leaf's ``H``, ``tb.MI[o]`` row ``c`` of ``M^{-1}`` and ``tb.RD[o]`` the step
+``delta_c`` (filled by the replay).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from . import _jit as numba
+from ._tables import Tables
+
+_jit = numba.njit(cache=True, nogil=True)
+#: Helpers called once per row: inlined, since a call taking the tables costs every array's
+#: reference count (~2 us; see ``_reverse._row_adjoints1``).
+_per_row = numba.njit(cache=True, nogil=True, inline="always")
+
+#: float32 machine epsilon: the booster's floor of the l2 term relative to the hessian's diagonal.
+FLT_EPSILON = np.float32(np.finfo(np.float32).eps)
+
+
+@_per_row
+def probabilities(A: NDArray[np.float64], j: int, p: NDArray[np.float64]) -> None:
+    """``p = softmax(A[j])`` (a joint round's one step starts at the row's margins ``A[j]``)."""
+    K = A.shape[1]
+    top = A[j, 0]
+    for c in range(1, K):
+        top = max(top, A[j, c])
+    total = 0.0
+    for c in range(K):
+        p[c] = np.exp(A[j, c] - top)
+        total += p[c]
+    for c in range(K):
+        p[c] /= total
+
+
+@_per_row
+def add_hessian_row(z: NDArray[np.float64], c: int, w: float, out: NDArray[np.float64]) -> None:
+    """``out += w * P[c]``: row ``c`` of the softmax hessian at probabilities ``z``, weighted."""
+    for d in range(out.shape[0]):
+        out[d] += w * z[c] * ((1.0 if c == d else 0.0) - z[d])
+
+
+@_jit
+def replay_sums(tb: Tables, r: int, A: NDArray[np.float64]) -> None:
+    """The original replay's leaf sums of joint round ``r`` at the margins ``A`` entering it:
+    ``G``, ``H`` (the diagonal), ``HX`` and, with group sums, ``GV``, ``HV``, ``HXV`` of the one
+    step's slots. Scalar code per row (no calls): the replay's hot loop."""
+    n, K = A.shape
+    t0 = tb.round_ptr[r]
+    slot = round_slots(tb, r)
+    L = tb.leaf_off[t0 + 1] - tb.leaf_off[t0]
+    groups = tb.GV.shape[0] > 0
+    for c in range(K):
+        o = slot[c]
+        tb.G[o : o + L] = 0.0
+        tb.H[o : o + L] = 0.0
+        tb.HX[o : o + L] = 0.0
+        if groups:
+            tb.GV[o : o + L] = 0.0
+            tb.HV[o : o + L] = 0.0
+            tb.HXV[o : o + L] = 0.0
+    p = np.empty(K)
+    for j in range(n):
+        probabilities(A, j, p)
+        lab = int(tb.y[j, 0])
+        wj = tb.w[j]
+        lj = tb.leaf[t0, j]
+        for c in range(K):
+            sl = slot[c] + lj
+            g = p[c] - (1.0 if lab == c else 0.0)
+            tb.G[sl] += wj * g
+            tb.H[sl] += wj * p[c] * (1.0 - p[c])
+            add_hessian_row(p, c, wj, tb.HX[sl])
+            if groups:
+                q = tb.grp[j]
+                tb.GV[sl, q] += tb.v[j] * g
+                tb.HV[sl, q] += tb.v[j] * p[c] * (1.0 - p[c])
+                add_hessian_row(p, c, tb.v[j], tb.HXV[sl, q * K : (q + 1) * K])
+
+
+@_jit
+def solve_leaf(
+    M: NDArray[np.float64], G: NDArray[np.float64], lam: float, Minv: NDArray[np.float64],
+    delta: NDArray[np.float64],
+) -> None:
+    """The joint step of one leaf: on entry ``M`` (K, K) holds the hessian sum ``H``; on return
+    ``M = H + lam' I`` with ``lam' = max(lam, f32(f32(max_c H_cc) * FLT_EPSILON))``,
+    ``Minv = M^{-1}`` and ``delta = -Minv G`` (all 0 where ``M`` is singular: an empty leaf)."""
+    K = G.shape[0]
+    top = 0.0
+    for c in range(K):
+        top = max(top, M[c, c])
+    lam = max(lam, np.float64(np.float32(np.float32(top) * FLT_EPSILON)))
+    for c in range(K):
+        M[c, c] += lam
+    if not _spd_inverse(M, Minv):
+        Minv[:, :] = 0.0
+        delta[:] = 0.0
+        return
+    for c in range(K):
+        acc = 0.0
+        for d in range(K):
+            acc += Minv[c, d] * G[d]
+        delta[c] = -acc
+
+
+@_jit
+def _spd_inverse(M: NDArray[np.float64], out: NDArray[np.float64]) -> bool:
+    """``out = M^{-1}`` of a symmetric positive definite ``M`` by Cholesky; False if it is not
+    positive definite (to rounding)."""
+    K = M.shape[0]
+    L = np.zeros((K, K))
+    for i in range(K):
+        for j in range(i + 1):
+            acc = M[i, j]
+            for q in range(j):
+                acc -= L[i, q] * L[j, q]
+            if i == j:
+                if acc <= 0.0:
+                    return False
+                L[i, i] = np.sqrt(acc)
+            else:
+                L[i, j] = acc / L[j, j]
+    inv_l = np.zeros((K, K))  # L^{-1}, lower triangular
+    for i in range(K):
+        inv_l[i, i] = 1.0 / L[i, i]
+        for j in range(i):
+            acc = 0.0
+            for q in range(j, i):
+                acc += L[i, q] * inv_l[q, j]
+            inv_l[i, j] = -acc / L[i, i]
+    for i in range(K):  # M^{-1} = L^{-T} L^{-1}
+        for j in range(i + 1):
+            acc = 0.0
+            for q in range(i, K):
+                acc += inv_l[q, i] * inv_l[q, j]
+            out[i, j] = acc
+            out[j, i] = acc
+    return True
+
+
+@_jit
+def round_slots(tb: Tables, r: int) -> NDArray[np.int64]:
+    """The first step-leaf slot of each tree of round ``r`` (its one step), shape (K,)."""
+    t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
+    slots = np.empty(t1 - t0, dtype=np.int64)
+    for c in range(t1 - t0):
+        slots[c] = tb.sl_off[tb.step_ptr[t0 + c]]
+    return slots
+
+
+@_jit
+def round_steps(
+    tb: Tables, r: int, lam_term: float, G: NDArray[np.float64], HX: NDArray[np.float64],
+    slot0: NDArray[np.int64], d: NDArray[np.float64], record: bool,
+) -> None:
+    """The joint steps of round ``r`` into ``d`` (indexed by global leaf minus the round's first),
+    from leaf sums ``G[slot0[c] + leaf]`` and ``HX[slot0[c] + leaf]`` (K,) of tree ``c`` of the
+    round; ``lam_term`` is the l2 term of the mean weight (``_kernels.l2_term``). With ``record``,
+    also the caches ``MI``, ``RD`` (the step), ``RG`` and ``u_before`` (0: one step from the
+    round's margins) of the original replay, whose slots ``slot0`` must then be."""
+    t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
+    K = t1 - t0
+    rl0 = tb.leaf_off[t0]
+    M = np.empty((K, K))
+    Minv = np.empty((K, K))
+    Gv = np.empty(K)
+    delta = np.empty(K)
+    for lj in range(tb.leaf_off[t0 + 1] - tb.leaf_off[t0]):
+        for c in range(K):
+            Gv[c] = G[slot0[c] + lj]
+            M[c, :] = HX[slot0[c] + lj]
+        solve_leaf(M, Gv, tb.l2[tb.leaf_off[t0] + lj] + lam_term, Minv, delta)
+        for c in range(K):
+            d[tb.leaf_off[t0 + c] + lj - rl0] = delta[c]
+            if record:
+                o = slot0[c] + lj
+                tb.MI[o, :] = Minv[c]
+                tb.RD[o] = delta[c]
+                tb.RG[o] = -Minv[c, c]
+                tb.u_before[o] = 0.0
+
+
+@_jit
+def leaf_adjoints(
+    tb: Tables, r: int, n: int, u_bar: NDArray[np.float64], g_bar: NDArray[np.float64],
+    big_w_bar: NDArray[np.float64],
+) -> None:
+    """:func:`influence_gbdt._reverse.leaf_adjoints` of a joint round: ``u_bar`` (B, leaves of
+    the round) -> ``g_bar`` (B, slots of the round) = ``a = -M^{-1} delta_bar`` per leaf and class;
+    ``big_w_bar`` gains ``a . delta`` times the l2 term's derivative (``n`` rows)."""
+    t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
+    K = t1 - t0
+    rl0 = tb.leaf_off[t0]
+    rs0 = tb.sl_off[tb.step_ptr[t0]]
+    dbar = np.empty(K)
+    for lj in range(tb.leaf_off[t0 + 1] - tb.leaf_off[t0]):
+        for b in range(u_bar.shape[0]):
+            for c in range(K):
+                dbar[c] = tb.lr[t0 + c] * u_bar[b, tb.leaf_off[t0 + c] + lj - rl0]
+            acc = 0.0
+            for c in range(K):
+                o = tb.sl_off[tb.step_ptr[t0 + c]] + lj
+                a = 0.0
+                for e in range(K):
+                    a -= tb.MI[o, e] * dbar[e]
+                g_bar[b, o - rs0] = a
+                acc += a * tb.RD[o]
+            big_w_bar[b] += acc * tb.l2m[t0] / n
+
+
+@_jit
+def row_adjoints(
+    tb: Tables, r: int, A: NDArray[np.float64], g_bar: NDArray[np.float64], a_bar: NDArray[np.float64],
+    w_bar: NDArray[np.float64],
+) -> None:
+    """Every row's share of a joint round (margins ``A`` entering it, (n, K)): ``w_bar`` (B, n)
+    gains ``a . g + a^T P delta`` and ``a_bar`` (B, n, K) gains ``w J (a + q)`` (module docstring),
+    with ``a`` from ``g_bar`` as :func:`leaf_adjoints` leaves it."""
+    n, K = A.shape
+    t0 = tb.round_ptr[r]
+    rs0 = tb.sl_off[tb.step_ptr[t0]]
+    slot = round_slots(tb, r) - rs0
+    p = np.empty(K)
+    g = np.empty(K)
+    dl = np.empty(K)
+    k = np.empty(K, dtype=np.int64)
+    a = np.empty(K)
+    for j in range(n):  # what does not depend on the objective first, once per row
+        probabilities(A, j, p)
+        lab = int(tb.y[j, 0])
+        wj = tb.w[j]
+        pd = 0.0
+        for c in range(K):
+            k[c] = slot[c] + tb.leaf[t0, j]
+            dl[c] = tb.RD[k[c] + rs0]
+            g[c] = p[c] - (1.0 if lab == c else 0.0)
+            pd += p[c] * dl[c]
+        for b in range(g_bar.shape[0]):
+            pa = 0.0
+            for c in range(K):
+                a[c] = g_bar[b, k[c]]
+                pa += p[c] * a[c]
+            acc = -pa * pd
+            px = 0.0
+            for c in range(K):
+                acc += a[c] * (g[c] + p[c] * dl[c])
+                x = a[c] * (1.0 + dl[c] - pd) - dl[c] * pa
+                px += p[c] * x
+                a_bar[b, j, c] += wj * p[c] * x  # the -p_c px part below, once px is known
+            w_bar[b, j] += acc
+            for c in range(K):
+                a_bar[b, j, c] -= wj * p[c] * px
+
+
+@_per_row
+def add_row_derivative(
+    tb: Tables, r: int, A: NDArray[np.float64], j: int, J: NDArray[np.float64], only: int,
+    dG: NDArray[np.float64], dM: NDArray[np.float64], p: NDArray[np.float64], dp: NDArray[np.float64],
+) -> None:
+    """Forward mode: row ``j``'s margin derivative ``J`` (K,) moves its share of the joint leaf
+    sums: ``dG[x] += w dg``, ``dM[x] += w dP[c]`` for its leaf ``x`` (global leaf minus the
+    round's first) of each tree of the round (only tree ``only`` if >= 0)."""
+    K = A.shape[1]
+    t0 = tb.round_ptr[r]
+    rl0 = tb.leaf_off[t0]
+    probabilities(A, j, p)
+    mean = 0.0
+    for c in range(K):
+        mean += p[c] * J[c]
+    for c in range(K):
+        dp[c] = p[c] * (J[c] - mean)
+    wj = tb.w[j]
+    for c in range(K):
+        t = t0 + c
+        if only >= 0 and t != only:
+            continue
+        x = tb.leaf_off[t] + tb.leaf[t, j] - rl0
+        dG[x] += wj * dp[c]
+        for d in range(K):
+            dM[x, d] += wj * (dp[c] * ((1.0 if c == d else 0.0) - p[d]) - p[c] * dp[d])
+
+
+@_jit
+def forward_steps(
+    tb: Tables, r: int, A: NDArray[np.float64], i0: int, s_i0: float, d_fac: NDArray[np.float64],
+    d_lam: float, dG: NDArray[np.float64], dM: NDArray[np.float64], du: NDArray[np.float64],
+) -> None:
+    """Forward mode: the joint steps' derivatives ``du`` (global leaves) of round ``r`` from the
+    propagated sums ``dG``, ``dM`` plus the direct terms of row ``i0``'s weight (``s_i0`` = its
+    d w / d v), the group factors (``d_fac``) and the l2 term (``d_lam``):
+    ``d delta = -M^{-1} (dG + dM delta)``."""
+    K = A.shape[1]
+    t0 = tb.round_ptr[r]
+    rl0 = tb.leaf_off[t0]
+    p = np.empty(tb.zsize)
+    probabilities(A, i0, p)
+    li0 = tb.leaf[t0, i0]
+    lab = int(tb.y[i0, 0])
+    G_groups = d_fac.shape[0] if tb.GV.shape[0] > 0 else 0
+    rhs = np.empty(K)
+    for lj in range(tb.leaf_off[t0 + 1] - tb.leaf_off[t0]):
+        for c in range(K):
+            o = tb.sl_off[tb.step_ptr[t0 + c]] + lj
+            x = tb.leaf_off[t0 + c] + lj - rl0
+            v = dG[x]
+            for d in range(K):
+                od = tb.sl_off[tb.step_ptr[t0 + d]] + lj
+                m = dM[x, d]
+                if lj == li0:
+                    m += s_i0 * p[c] * ((1.0 if c == d else 0.0) - p[d])
+                for q in range(G_groups):
+                    m += d_fac[q] * tb.HXV[o, q * K + d]
+                if c == d:
+                    m += d_lam
+                v += m * tb.RD[od]
+            if lj == li0:
+                v += s_i0 * (p[c] - (1.0 if lab == c else 0.0))
+            for q in range(G_groups):
+                v += d_fac[q] * tb.GV[o, q]
+            rhs[c] = v
+        for c in range(K):
+            o = tb.sl_off[tb.step_ptr[t0 + c]] + lj
+            acc = 0.0
+            for d in range(K):
+                acc -= tb.MI[o, d] * rhs[d]
+            du[tb.leaf_off[t0 + c] + lj] += acc
