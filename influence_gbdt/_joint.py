@@ -198,6 +198,26 @@ def round_steps(
 
 
 @_jit
+def gather_and_rewind(
+    tb: Tables, r: int, A: NDArray[np.float64], a_bar: NDArray[np.float64], u_bar: NDArray[np.float64]
+) -> None:
+    """Reverse mode's pass over the rows before a joint round's leaf step, in one read of the
+    shared structure: ``u_bar[b, leaf of tree c]`` gains each row's margin adjoint
+    ``a_bar[b, j, c]`` and ``A`` (n, K) loses the round's stored leaf values (it then holds the
+    margins entering the round)."""
+    n, K = A.shape
+    t0 = tb.round_ptr[r]
+    rl0 = tb.leaf_off[t0]
+    for j in range(n):
+        lj = tb.leaf[t0, j]
+        for c in range(K):
+            gl = tb.leaf_off[t0 + c] + lj
+            A[j, c] -= tb.stored[gl]
+            for b in range(u_bar.shape[0]):
+                u_bar[b, gl - rl0] += a_bar[b, j, c]
+
+
+@_jit
 def leaf_adjoints(
     tb: Tables, r: int, n: int, u_bar: NDArray[np.float64], g_bar: NDArray[np.float64],
     big_w_bar: NDArray[np.float64],

@@ -187,12 +187,12 @@ def reverse(
         n_round = tb.leaf_off[t1] - rl0
         for b in range(B):
             u_bar[b, :n_round] = c_leaf[b, rl0 : rl0 + n_round]
-        gather_adjoints(tb, r, a_bar, u_bar)
         if tb.joint[t0]:
+            _joint.gather_and_rewind(tb, r, A, a_bar, u_bar)
             _joint.leaf_adjoints(tb, r, n, u_bar, g_bar, big_w_bar)
-            add_round(tb, r, A, tb.stored, -1.0)
             _joint.row_adjoints(tb, r, A, g_bar, a_bar, w_bar)
             continue
+        gather_adjoints(tb, r, a_bar, u_bar)
         leaf_adjoints(tb, r, n, u_bar, g_bar, d_bar, big_w_bar)
         add_round(tb, r, A, tb.stored, -1.0)
         if tb.renew[t0]:
