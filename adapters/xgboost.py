@@ -195,10 +195,10 @@ class XGBoostAdapter(BoosterAdapter):
         if isinstance(model, xgb.Booster):
             booster = model
         elif isinstance(model, xgb.XGBModel):
-            if not isinstance(model, (xgb.XGBClassifier, xgb.XGBRegressor)):
+            if not isinstance(model, (xgb.XGBClassifier, xgb.XGBRegressor)) and not _dask_wrapper(model):
                 raise UnsupportedModelError(
-                    f"{type(model).__name__} is not supported: "
-                    "pass an XGBClassifier, XGBRegressor or Booster."
+                    f"{type(model).__name__} is not supported: pass an XGBClassifier, XGBRegressor, "
+                    "DaskXGBClassifier, DaskXGBRegressor or Booster."
                 )
             if not hasattr(model, "_Booster"):
                 raise UnsupportedModelError(f"{type(model).__name__} is not fitted: call fit(X, y) first.")
@@ -465,12 +465,18 @@ class XGBoostAdapter(BoosterAdapter):
         return self.objective.estimated_rule
 
     def label_map(self) -> LabelMap:
-        """Classes of a multiclass model: the scikit-learn model's ``classes_`` (XGBoost needs them
-        to be ``0 .. K-1``, so users label-encode string labels first), or ``0 .. K-1`` for a
-        Booster; the base class's rule otherwise."""
+        """Classes of a classifier: the scikit-learn model's ``classes_`` (XGBoost needs them to be
+        ``0 .. K-1``, so users label-encode string labels first), or ``0 .. K-1`` for a Booster; the
+        base class's rule otherwise. ``xgboost.dask`` classifiers list ``classes_`` in the order the
+        labels first appear (``y.drop_duplicates()``, e.g. ``[1, 0]``) while training on the raw
+        label values: their classes are sorted here (taken in that order, every label would be read
+        as another class)."""
+        classes = getattr(self.model, "classes_", None)
+        if classes is not None and _dask_wrapper(self.model) and self.loss in ("logloss", "softmax"):
+            return LabelMap(classes=tuple(np.sort(np.asarray(classes))),
+                            source=f"{type(self.model).__name__}.classes_ (sorted)")
         if self.loss != "softmax":
             return super().label_map()
-        classes = getattr(self.model, "classes_", None)
         if classes is not None:
             return LabelMap(classes=tuple(classes), source=f"{type(self.model).__name__}.classes_")
         return LabelMap(classes=tuple(range(self.n_outputs)), source="A raw xgboost Booster (classes 0..K-1)")
@@ -487,6 +493,13 @@ class XGBoostAdapter(BoosterAdapter):
                 f"got {arr.shape}."
             )
         return arr
+
+
+def _dask_wrapper(model: Any) -> bool:
+    """Whether ``model`` is ``xgboost.dask``'s DaskXGBClassifier or DaskXGBRegressor (checked by
+    name: importing ``xgboost.dask`` needs Dask)."""
+    return type(model).__module__ == "xgboost.dask" and type(model).__name__ in (
+        "DaskXGBClassifier", "DaskXGBRegressor")
 
 
 def _predicted_rounds(model: Any, booster: xgb.Booster) -> int:
