@@ -142,6 +142,22 @@ def test_models_trained_with_xgboost_dask(client: Any) -> None:
     _close(dist.score_training_points(X_test, test_target), local.score_training_points(X_test, test_target))
 
 
+@pytest.mark.filterwarnings("ignore:Parameter n_jobs will be ignored")  # LightGBM's Dask training
+def test_models_trained_with_lightgbm_dask(client: Any) -> None:
+    """DaskLGBMClassifier trained on the cluster (LightGBM's own distributed training) is
+    reproduced and explained where the data lives, like its in-memory equivalent."""
+    import lightgbm
+
+    X, y, X_test, y_test = _data(4)
+    Xd = dd.from_pandas(X, npartitions=PARTITIONS)
+    yd = dd.from_pandas(pd.Series(y, index=X.index), npartitions=PARTITIONS)
+    model = lightgbm.DaskLGBMClassifier(n_estimators=20, num_leaves=8, verbose=-1, client=client).fit(Xd, yd)
+    dist = BoostingInfluence(model).fit(Xd, yd)
+    local = BoostingInfluence(model.to_local()).fit(X, y)
+    assert dist.reproduction_residual_ <= 1e-12
+    _close(dist.score_training_points(X_test, y_test), local.score_training_points(X_test, y_test))
+
+
 def test_self_check_refuses_wrong_labels(client: Any) -> None:
     import xgboost
 
