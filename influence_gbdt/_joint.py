@@ -173,7 +173,7 @@ def round_steps(
     """The joint steps of round ``r`` into ``d`` (indexed by global leaf minus the round's first),
     from leaf sums ``G[slot0[c] + leaf]`` and ``HX[slot0[c] + leaf]`` (K,) of tree ``c`` of the
     round; ``lam_term`` is the l2 term of the mean weight (``_kernels.l2_term``). With ``record``,
-    also the caches ``MI``, ``RD`` (the step), ``RG`` and ``u_before`` (0: one step from the
+    also the caches ``MI``, ``RD`` (the step) and ``u_before`` (0: one step from the
     round's margins) of the original replay, whose slots ``slot0`` must then be."""
     t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
     K = t1 - t0
@@ -193,7 +193,6 @@ def round_steps(
                 o = slot0[c] + lj
                 tb.MI[o, :] = Minv[c]
                 tb.RD[o] = delta[c]
-                tb.RG[o] = -Minv[c, c]
                 tb.u_before[o] = 0.0
 
 
