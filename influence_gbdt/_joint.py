@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from . import _jit as numba
-from ._tables import Tables
+from ._tables import Tables, clear_sums
 
 _jit = numba.njit(cache=True, nogil=True)
 #: Helpers called once per row: inlined, since a call taking the tables costs every array's
@@ -67,14 +67,7 @@ def replay_sums(tb: Tables, r: int, A: NDArray[np.float64]) -> None:
     L = tb.leaf_off[t0 + 1] - tb.leaf_off[t0]
     groups = tb.GV.shape[0] > 0
     for c in range(K):
-        o = slot[c]
-        tb.G[o : o + L] = 0.0
-        tb.H[o : o + L] = 0.0
-        tb.HX[o : o + L] = 0.0
-        if groups:
-            tb.GV[o : o + L] = 0.0
-            tb.HV[o : o + L] = 0.0
-            tb.HXV[o : o + L] = 0.0
+        clear_sums(tb, slot[c], L)
     p = np.empty(K)
     for j in range(n):
         probabilities(A, j, p)

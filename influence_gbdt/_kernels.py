@@ -18,7 +18,7 @@ from ._fastobj import exp_space_objective, fastexp_vec, objective_ranges
 from ._joint import replay_sums as joint_replay_sums
 from ._joint import round_slots, round_steps
 from ._renew import replay_tree
-from ._tables import Tables
+from ._tables import Tables, clear_sums
 from .losses import derivs1, grad_hess, jvp, point, value, weighted
 
 ALL = 0
@@ -171,15 +171,7 @@ def _replay_sums(
     group_sums = tb.GV.shape[0] > 0
     multi = tb.n_iter[t0] > 1
     for t in range(t0, t1):
-        o = tb.sl_off[tb.step_ptr[t] + s]
-        L = tb.leaf_off[t + 1] - tb.leaf_off[t]
-        tb.G[o : o + L] = 0.0
-        tb.H[o : o + L] = 0.0
-        tb.SDG[o : o + L] = 0.0
-        tb.SDH[o : o + L] = 0.0
-        if group_sums:
-            tb.GV[o : o + L] = 0.0
-            tb.HV[o : o + L] = 0.0
+        clear_sums(tb, tb.sl_off[tb.step_ptr[t] + s], tb.leaf_off[t + 1] - tb.leaf_off[t])
     for j in range(n):
         if K == 1:  # scalars only: no per-row array views or calls taking arrays
             gg, hh, dg[0], dh[0] = derivs1(tb.code, tb.prm, tb.y[j, 0], row_margin1(tb, t0, t1, A, j, u))

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
+from . import _jit as numba
 from ._fastobj import CB_CROSS_ENTROPY, CB_LOGLOSS, CB_POISSON
 from ._quantile import METHODS as QUANTILE_METHODS
 from .ensemble import TreeEnsemble
@@ -93,6 +94,23 @@ class Tables(NamedTuple):
     ren_sel: NDArray[np.int64]  # (n_total, 2) rows whose residuals a renewed leaf follows (-1: none)
     ren_coef: NDArray[np.float64]  # (n_total, 2) d leaf quantile / d residual of those rows
     ren_wd: NDArray[np.float64]  # (n_total, 4) the quantile's weight-derivative descriptor
+
+
+@numba.njit(cache=True, nogil=True)
+def clear_sums(tb: Tables, o: int, L: int) -> None:
+    """Zero the leaf-sum caches of step-leaf slots ``o .. o + L - 1``: ``G``, ``H``, their
+    derivatives, and the per-group and full-hessian sums where the model has them."""
+    tb.G[o : o + L] = 0.0
+    tb.H[o : o + L] = 0.0
+    tb.SDG[o : o + L] = 0.0
+    tb.SDH[o : o + L] = 0.0
+    if tb.GV.shape[0] > 0:
+        tb.GV[o : o + L] = 0.0
+        tb.HV[o : o + L] = 0.0
+    if tb.HX.shape[0] > 0:
+        tb.HX[o : o + L] = 0.0
+    if tb.HXV.shape[0] > 0:
+        tb.HXV[o : o + L] = 0.0
 
 
 def build_tables(e: TreeEnsemble, group_sums: bool) -> Tables:
