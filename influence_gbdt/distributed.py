@@ -409,7 +409,7 @@ class DistributedEngine:
         name = f"influence-sweep-{uuid.uuid4().hex}"
         parts = [p.key for p in self.partitions]
         B = c_leaf.shape[0]
-        dsk: dict[str, Any] = {f"{name}-head": self.head, f"{name}-c": np.ascontiguousarray(c_leaf)}
+        dsk: dict[Any, Any] = {f"{name}-head": self.head, f"{name}-c": np.ascontiguousarray(c_leaf)}
         states = []
         for i, p in enumerate(parts):
             states.append(f"{name}-start-{i}")
