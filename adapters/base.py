@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 
-from influence_gbdt.engine import InfluenceEngine
+from influence_gbdt.engine import DEFAULT_CACHE_BYTES, InfluenceEngine
 from influence_gbdt.ensemble import TreeEnsemble
 from influence_gbdt.errors import InfluenceError, InputError, booster_message
 from influence_gbdt.labels import LabelMap
@@ -193,16 +193,19 @@ class BoosterAdapter(ABC):
         y: ArrayLike,
         sample_weight: ArrayLike | None = None,
         init_score: ArrayLike | None = None,
+        cache_bytes: float = DEFAULT_CACHE_BYTES,
     ) -> InfluenceEngine:
         """Describe the model on its training data and prove the description reproduces it
         (:meth:`verify`, which an adapter overrides to check in its library's terms).
+        ``cache_bytes``: the engine's derivative-cache budget (:class:`InfluenceEngine`).
 
         Raises
         ------
         ReproductionError
             If the recomputed leaf values do not reproduce the stored ones.
         """
-        return self.verify(InfluenceEngine(self.describe(X, y, sample_weight, init_score)))
+        return self.verify(InfluenceEngine(self.describe(X, y, sample_weight, init_score),
+                                           cache_bytes=cache_bytes))
 
     def verify(self, engine: InfluenceEngine) -> InfluenceEngine:
         """Prove that ``engine`` (the description replayed) reproduces the model, and return the

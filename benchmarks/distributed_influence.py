@@ -5,8 +5,11 @@ The model must have been trained on exactly those rows (the self-check proves it
 first trains an ``XGBClassifier`` in memory on the same blocks, generated again here: that is the
 user's training step, not part of what is measured. The client then releases it; the measured part
 (``fit`` = describe + replay + self-check, and one exact reverse sweep of the mean test loss,
-reduced to a few numbers on the workers) never gathers an n-sized array. Reported: wall times and
-each worker process's peak resident memory (``ru_maxrss``), next to the size of the full leaf matrix.
+reduced to a few numbers on the workers) never gathers an n-sized array. Reported: wall times,
+each worker's peak resident memory as its system monitor sampled it (every 0.5 s; not
+``ru_maxrss``, which a worker inherits from the client that started it), the workers the nanny
+restarted (past 95% of their limit: their tasks ran again elsewhere), next to the size of the full
+leaf matrix.
 
 Usage::
 
@@ -19,6 +22,7 @@ import argparse
 import json
 import resource
 import time
+from typing import Any
 
 import numpy as np
 
@@ -35,8 +39,14 @@ def block(seed: int, start: int, size: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def peak_rss_mb() -> float:
-    """This process's peak resident memory in MB (Linux reports ru_maxrss in KB)."""
+    """This process's peak resident memory in MB (Linux reports ru_maxrss in KB; it is inherited
+    across fork and exec, so it measures the client only)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def worker_peak_mb(dask_worker: Any) -> float:
+    """A worker's largest resident memory among its system monitor's samples, in MB."""
+    return max(dask_worker.monitor.quantities["memory"]) / 2**20
 
 
 def main() -> None:
@@ -75,6 +85,7 @@ def main() -> None:
         X = da.concatenate([da.from_delayed(g[0], (n, N_FEATURES), np.float32)
                             for g, n in zip(gen, sizes, strict=True)])
         y = da.concatenate([da.from_delayed(g[1], (n,), np.float64) for g, n in zip(gen, sizes, strict=True)])
+        started = set(client.scheduler_info()["workers"])
         t0 = time.perf_counter()
         explainer = BoostingInfluence(model).fit(X, y)
         fit_s = time.perf_counter() - t0
@@ -82,7 +93,8 @@ def main() -> None:
         scores = explainer.score_training_points(X_test, y_test, aggregate="mean")
         summary = da.stack([scores.max(), scores.min(), (scores > 0).mean()]).compute()
         sweep_s = time.perf_counter() - t0
-        worker_peak = client.run(peak_rss_mb)
+        worker_peak = client.run(worker_peak_mb)
+        restarted = len(started - set(client.scheduler_info()["workers"]))
     leaf_matrix_mb = args.rows * int(explainer.engine_.ensemble.n_trees) * 4 / 2**20
     print(json.dumps({
         "rows": args.rows, "trees": explainer.engine_.ensemble.n_trees, "partitions": len(starts),
@@ -92,6 +104,7 @@ def main() -> None:
         "self_check_relative_residual": explainer.reproduction_residual_,
         "score_max_min_share_harmful": [float(v) for v in summary],
         "worker_peak_rss_mb": {k.rsplit(":", 1)[-1]: round(v) for k, v in worker_peak.items()},
+        "workers_restarted": restarted,
         "client_peak_rss_mb": round(peak_rss_mb()),
     }, indent=1))
 

@@ -170,6 +170,8 @@ def _replay_sums(
     unit[:] = 0.0
     group_sums = tb.GV.shape[0] > 0
     multi = tb.n_iter[t0] > 1
+    cache = tb.DER.shape[0] > 0
+    q = tb.step_ptr[t0] + s
     for t in range(t0, t1):
         clear_sums(tb, tb.sl_off[tb.step_ptr[t] + s], tb.leaf_off[t + 1] - tb.leaf_off[t])
     for j in range(n):
@@ -178,6 +180,11 @@ def _replay_sums(
             g[0], h[0] = gg, max(hh, tb.prm[0])
             if hh < tb.prm[0]:
                 dh[0] = 0.0
+            if cache:  # what the reverse sweep needs of this row at this step
+                tb.DER[q, j, 0] = g[0]
+                tb.DER[q, j, 1] = h[0]
+                tb.DER[q, j, 2] = tb.w[j] * dg[0]
+                tb.DER[q, j, 3] = tb.w[j] * dh[0]
         else:
             row_margin(tb, r, A, j, u, mrow)
             point(tb.code, tb.prm, mrow, z)

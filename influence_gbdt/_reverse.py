@@ -122,11 +122,11 @@ def _row_adjoints1(
     """:func:`row_adjoints` of a one-output model (trees ``t0 .. t1 - 1`` of the round), with the
     loss derivatives as scalars: no per-row calls taking the tables or arrays (each such call
     costs the reference counts of every array it is given, ~2 us a row, measured 100x the work).
-    The rows' derivatives are computed once, then each objective runs over the rows in order (its
-    rows of ``w_bar`` and ``a_bar`` are contiguous; objective-inner order strides by n)."""
+    The rows' derivatives are computed once (as the replay caches them), then
+    :func:`_cached_row_adjoints1` runs."""
     n = A.shape[0]
     floor = tb.prm[0]
-    der = np.empty((4, n))  # g, h, w dg/dm, w dh/dm of each row
+    der = np.empty((n, 4))  # g, h, w dg/dm, w dh/dm of each row
     for j in range(n):
         m = A[j, 0]
         for t in range(t0, t1):
@@ -134,7 +134,19 @@ def _row_adjoints1(
         g, h, dg, dh = derivs1(tb.code, tb.prm, tb.y[j, 0], m)
         if h < floor:  # the booster's floored hessian is constant in the margin
             h, dh = floor, 0.0
-        der[0, j], der[1, j], der[2, j], der[3, j] = g, h, tb.w[j] * dg, tb.w[j] * dh
+        der[j, 0], der[j, 1], der[j, 2], der[j, 3] = g, h, tb.w[j] * dg, tb.w[j] * dh
+    _cached_row_adjoints1(tb, t0, t1, s, rs0, der, g_bar, d_bar, a_bar, w_bar)
+
+
+@numba.njit(cache=True, nogil=True)
+def _cached_row_adjoints1(
+    tb: Tables, t0: int, t1: int, s: int, rs0: int, der: NDArray[np.float64], g_bar: NDArray[np.float64],
+    d_bar: NDArray[np.float64], a_bar: NDArray[np.float64], w_bar: NDArray[np.float64],
+) -> None:
+    """:func:`row_adjoints` of a one-output model from the rows' derivatives at the step, ``der``
+    (n, 4): g, h (floored), w dg/dm, w dh/dm. Each objective runs over the rows in order (its rows
+    of ``w_bar`` and ``a_bar`` are contiguous; objective-inner order strides by n)."""
+    n = der.shape[0]
     for b in range(g_bar.shape[0]):
         for j in range(n):
             beta = 0.0
@@ -147,11 +159,11 @@ def _row_adjoints1(
                 beta += gb
                 if tb.newton[t]:
                     gamma += dd
-                    acc += gb * der[0, j] + dd * der[1, j]
+                    acc += gb * der[j, 0] + dd * der[j, 1]
                 else:
-                    acc += gb * der[0, j] + dd
+                    acc += gb * der[j, 0] + dd
             w_bar[b, j] += acc
-            a_bar[b, j, 0] += beta * der[2, j] + gamma * der[3, j]
+            a_bar[b, j, 0] += beta * der[j, 2] + gamma * der[j, 3]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -181,6 +193,7 @@ def reverse(
     u_bar = np.empty((B, most_leaves))
     g_bar = np.empty((B, most_slots))
     d_bar = np.empty((B, most_slots))
+    cached = tb.DER.shape[0] > 0  # only where every round is one-output, not renewed, not joint
     for r in range(tb.round_ptr.shape[0] - 2, -1, -1):
         t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
         rl0 = tb.leaf_off[t0]
@@ -194,6 +207,12 @@ def reverse(
             continue
         gather_adjoints(tb, r, a_bar, u_bar)
         leaf_adjoints(tb, r, n, u_bar, g_bar, d_bar, big_w_bar)
+        if cached:  # the replay's derivatives: no margins needed
+            rs0 = tb.sl_off[tb.step_ptr[t0]]
+            for s in range(tb.n_steps[t0]):
+                _cached_row_adjoints1(tb, t0, t1, s, rs0, tb.DER[tb.step_ptr[t0] + s], g_bar, d_bar,
+                                      a_bar, w_bar)
+            continue
         add_round(tb, r, A, tb.stored, -1.0)
         if tb.renew[t0]:
             reverse_tree(tb, t0, A, u_bar, rl0, a_bar, w_bar)

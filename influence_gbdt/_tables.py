@@ -94,6 +94,7 @@ class Tables(NamedTuple):
     ren_sel: NDArray[np.int64]  # (n_total, 2) rows whose residuals a renewed leaf follows (-1: none)
     ren_coef: NDArray[np.float64]  # (n_total, 2) d leaf quantile / d residual of those rows
     ren_wd: NDArray[np.float64]  # (n_total, 4) the quantile's weight-derivative descriptor
+    DER: NDArray[np.float64]  # (n_flat_steps, n, 4) derivative cache (see cache_eligible); else (0, 0, 4)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -113,11 +114,31 @@ def clear_sums(tb: Tables, o: int, L: int) -> None:
         tb.HXV[o : o + L] = 0.0
 
 
-def build_tables(e: TreeEnsemble, group_sums: bool) -> Tables:
+#: Bytes the derivative cache holds per training row and flat leaf step: g, h, w dg/dm, w dh/dm.
+DERIVATIVE_BYTES = 32
+
+
+def derivative_cache_bytes(e: TreeEnsemble) -> int:
+    """Size of ``e``'s derivative cache (0 when :func:`cache_eligible` is False)."""
+    if not cache_eligible(e):
+        return 0
+    slots = np.where(e.backtracking, e.n_iterations, e.n_steps)
+    return DERIVATIVE_BYTES * int(slots.sum()) * e.n_rows
+
+
+def cache_eligible(e: TreeEnsemble) -> bool:
+    """Whether the reverse sweep can run from cached row derivatives alone: one output, no
+    renewed (L1 / quantile) leaves, no joint rounds (those need the margins themselves)."""
+    return e.n_outputs == 1 and not e.renewed.any() and not e.full_hessian.any()
+
+
+def build_tables(e: TreeEnsemble, group_sums: bool, cache_derivatives: bool = False) -> Tables:
     """Flatten ``e`` into the kernels' layout and allocate the replay caches.
 
     ``group_sums``: also cache per-group leaf sums (needed for class factors that move with the
-    user's weights).
+    user's weights). ``cache_derivatives``: allocate the derivative cache ``DER`` (the replay
+    fills it with each row's loss derivatives at every step; :func:`derivative_cache_bytes`), only
+    where :func:`cache_eligible`.
     """
     T, n = e.n_trees, e.n_rows
     # Backtracking trees get a slot for every try; the replay decides how many steps they take.
@@ -168,6 +189,7 @@ def build_tables(e: TreeEnsemble, group_sums: bool) -> Tables:
         HXV=np.zeros((n_joint if G else 0, G * K if n_joint and G else 0)),
         ren_sel=np.full((e.n_total_leaves, 2), -1, dtype=np.int64), ren_coef=np.zeros((e.n_total_leaves, 2)),
         ren_wd=np.zeros((e.n_total_leaves, 4)),
+        DER=np.zeros((int(step_ptr[-1]), n, 4) if cache_derivatives and cache_eligible(e) else (0, 0, 4)),
     ))
 
 

@@ -41,7 +41,7 @@ from ._base import BaseMargin
 from ._forward import forward_many
 from ._refit import refit_many
 from ._reverse import reverse
-from ._tables import build_tables
+from ._tables import build_tables, derivative_cache_bytes
 from .ensemble import TreeEnsemble
 from .errors import InputError, ReproductionError
 
@@ -53,6 +53,8 @@ Progress = Callable[[int], None] | None
 _MODES = {"all_points": K.ALL, "single_point": K.NONE, "top_k_leaves": K.TOPK}
 #: Memory (bytes) one reverse-mode batch may use for its per-row adjoints.
 _REVERSE_BATCH_BYTES = 128e6
+#: Default most memory an engine's derivative cache may take (see :class:`InfluenceEngine`).
+DEFAULT_CACHE_BYTES = 1e9
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,6 +87,11 @@ class InfluenceEngine:
         The description produced by an adapter (or built directly for tests).
     n_threads : int, optional
         Threads for scoring (default: numba's thread count).
+    cache_bytes : float, default 1e9
+        Most memory for the derivative cache: the replay keeps every row's loss derivatives at
+        every leaf step (32 bytes per row and step) where the reverse sweep can run from them alone
+        (one output, no renewed leaves, no joint rounds) and they fit; the sweep then skips
+        recomputing them (5x faster on LightGBM's default). 0 = never.
 
     Attributes
     ----------
@@ -104,13 +111,16 @@ class InfluenceEngine:
         The scale each step was accepted at (0 for a step computed but never accepted).
     """
 
-    def __init__(self, ensemble: TreeEnsemble, n_threads: int | None = None) -> None:
+    def __init__(self, ensemble: TreeEnsemble, n_threads: int | None = None,
+                 cache_bytes: float = DEFAULT_CACHE_BYTES) -> None:
         self.ensemble = e = ensemble
         if e.n_rows < 2:
             raise InputError("The ensemble needs at least two training rows.")
         self.n_threads = max(1, int(n_threads or numba.get_num_threads()))
+        self.cache_bytes = cache_bytes
         self._dfac = self._combined_factor_derivative()
-        self._tables = build_tables(e, group_sums=self._dfac is not None)
+        cache = 0 < derivative_cache_bytes(e) <= cache_bytes
+        self._tables = build_tables(e, group_sums=self._dfac is not None, cache_derivatives=cache)
         self._A0 = np.ascontiguousarray(e.init_offset + e.base_margin[None, :])
         margin = self._A0.copy()
         K.replay(self._tables, margin)
@@ -121,6 +131,11 @@ class InfluenceEngine:
         self._set_leaf_values(self._tables.values)
         self._group_v = np.bincount(e.weight_group, e.user_weight, e.n_groups)
         self._base = BaseMargin(e)
+
+    @property
+    def caches_derivatives(self) -> bool:
+        """Whether the replay kept the rows' derivatives for the reverse sweep (``cache_bytes``)."""
+        return bool(self._tables.DER.shape[0] > 0)
 
     def _set_leaf_values(self, values: NDArray[np.float64]) -> None:
         """Take ``values`` (n_total,) as the recomputed leaf values and measure the residuals. The
@@ -385,7 +400,10 @@ class InfluenceEngine:
         fits = int(_REVERSE_BATCH_BYTES / (8.0 * e.n_rows * (e.n_outputs + 1)))
         per_batch = max(1, min(int(chunk_size), fits))
         out = np.empty((idx.size, m))
-        chunks = [np.arange(s, min(s + per_batch, m)) for s in range(0, m, per_batch)]
+        # Equal batches, at least one per thread: 100 test points on two threads sweep 50 + 50,
+        # not 64 + 36.
+        n_batches = max(-(-m // per_batch), min(self.n_threads, m))
+        chunks = [c for c in np.array_split(np.arange(m), n_batches) if c.size]
 
         def batch(cols: NDArray[np.int64]) -> NDArray[np.float64]:
             c_leaf = self._leaf_coefficients(leaves[:, cols], coef[cols], aggregate=False)

@@ -16,7 +16,7 @@ from numpy.typing import ArrayLike, NDArray
 from tqdm.auto import tqdm
 
 from . import distributed
-from .engine import InfluenceEngine, TestPoints
+from .engine import DEFAULT_CACHE_BYTES, InfluenceEngine, TestPoints
 from .errors import InputError, LongRunWarning, NotFittedError
 from .inputs import check_choice, check_rows, check_table, is_integer, is_sparse, n_columns
 from .results import Scores, keyed_table, row_labels, tidy_scores
@@ -75,7 +75,9 @@ class BoostingInfluence:
         Memory budget in bytes. :meth:`fit` refuses data and a model whose leaf indices would need
         more (estimated before anything is allocated). Scoring: a score matrix larger than it is
         refused with advice (aggregate, or score fewer ``training_points``); the working arrays are
-        processed in batches small enough to fit. ``float('inf')`` for no limit.
+        processed in batches small enough to fit. ``float('inf')`` for no limit. What :meth:`fit`
+        leaves of it, up to 1 GB, may hold the derivative cache that speeds up reverse mode (see
+        :class:`~influence_gbdt.engine.InfluenceEngine`).
 
     Attributes
     ----------
@@ -240,8 +242,10 @@ class BoostingInfluence:
         offsets = None if init_score is None else check_rows(init_score, n, "init_score", index)
         adapter = adapter_for(self.model, self.params)
         adapter.check_features(X)
-        self._check_fit_memory(adapter, X, n)
-        engine = adapter.prepare(X, labels, weights, offsets)
+        fit_bytes = self._check_fit_memory(adapter, X, n)
+        # The derivative cache (speeds up reverse mode) takes what max_memory leaves after fit.
+        engine = adapter.prepare(X, labels, weights, offsets,
+                                 cache_bytes=min(DEFAULT_CACHE_BYTES, self.max_memory - fit_bytes))
         self.adapter_ = adapter
         self.engine_: InfluenceEngine = engine
         self.n_features_in_ = n_columns(X)
@@ -420,9 +424,10 @@ class BoostingInfluence:
         if not isinstance(self.progress, (bool, np.bool_)):
             raise InputError(f"progress must be True or False, got {self.progress!r}.")
 
-    def _check_fit_memory(self, adapter: Any, X: Any, n: int) -> None:
+    def _check_fit_memory(self, adapter: Any, X: Any, n: int) -> float:
         """Refuse, before anything n-sized is allocated, a fit that would need more than
-        ``max_memory`` (the tree count comes from the leaf indices of one row)."""
+        ``max_memory`` (the tree count comes from the leaf indices of one row); return the bytes it
+        needs."""
         first = X[:1] if is_sparse(X) else take_rows(X, np.arange(1))
         n_trees = int(adapter.leaf_indices(first).shape[0])
         need = FIT_BYTES_PER_TREE_ROW * n_trees * n
@@ -432,6 +437,7 @@ class BoostingInfluence:
                 f"more than max_memory={self.max_memory:.3g} bytes. Raise max_memory (float('inf') for no "
                 "limit) on a machine that has the memory, or explain a model with fewer trees."
             )
+        return need
 
     def _fit_matches_settings(self) -> bool:
         return self.model is self._fit_model and dict(self.params or {}) == self._fit_params
