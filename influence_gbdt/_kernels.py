@@ -145,6 +145,16 @@ def step_point(
 
 
 @_jit
+def cache_slot(tb: Tables, flat: int) -> int:
+    """The derivative cache's slot for flat leaf step ``flat``: its own if it has one, else the
+    next free one (-1 when the cache is full or absent)."""
+    if tb.der_slot[flat] < 0 and tb.der_used[0] < tb.DER.shape[0]:
+        tb.der_slot[flat] = tb.der_used[0]
+        tb.der_used[0] += 1
+    return tb.der_slot[flat]
+
+
+@_jit
 def round_sizes(tb: Tables) -> tuple[int, int]:
     """The most leaves, and the most step-leaf slots, of any round."""
     most_leaves, most_slots = 0, 0
@@ -170,8 +180,8 @@ def _replay_sums(
     unit[:] = 0.0
     group_sums = tb.GV.shape[0] > 0
     multi = tb.n_iter[t0] > 1
-    cache = tb.DER.shape[0] > 0
-    q = tb.step_ptr[t0] + s
+    q = cache_slot(tb, tb.step_ptr[t0] + s) if K == 1 else -1
+    cache = q >= 0
     for t in range(t0, t1):
         clear_sums(tb, tb.sl_off[tb.step_ptr[t] + s], tb.leaf_off[t + 1] - tb.leaf_off[t])
     for j in range(n):

@@ -167,6 +167,17 @@ def _cached_row_adjoints1(
 
 
 @numba.njit(cache=True, nogil=True)
+def _every_step_cached(tb: Tables) -> bool:
+    """Whether the derivative cache holds every leaf step the replay took."""
+    for r in range(tb.round_ptr.shape[0] - 1):
+        t0 = tb.round_ptr[r]
+        for s in range(tb.n_steps[t0]):
+            if tb.der_slot[tb.step_ptr[t0] + s] < 0:
+                return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
 def reverse(
     tb: Tables, A_final: NDArray[np.float64], c_leaf: NDArray[np.float64]
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
@@ -193,7 +204,7 @@ def reverse(
     u_bar = np.empty((B, most_leaves))
     g_bar = np.empty((B, most_slots))
     d_bar = np.empty((B, most_slots))
-    cached = tb.DER.shape[0] > 0  # only where every round is one-output, not renewed, not joint
+    every_step_cached = _every_step_cached(tb)  # then the margins are never needed
     for r in range(tb.round_ptr.shape[0] - 2, -1, -1):
         t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
         rl0 = tb.leaf_off[t0]
@@ -207,18 +218,18 @@ def reverse(
             continue
         gather_adjoints(tb, r, a_bar, u_bar)
         leaf_adjoints(tb, r, n, u_bar, g_bar, d_bar, big_w_bar)
-        if cached:  # the replay's derivatives: no margins needed
-            rs0 = tb.sl_off[tb.step_ptr[t0]]
-            for s in range(tb.n_steps[t0]):
-                _cached_row_adjoints1(tb, t0, t1, s, rs0, tb.DER[tb.step_ptr[t0] + s], g_bar, d_bar,
-                                      a_bar, w_bar)
-            continue
-        add_round(tb, r, A, tb.stored, -1.0)
+        if not every_step_cached:  # margins entering the round, for the derivatives not cached
+            add_round(tb, r, A, tb.stored, -1.0)
         if tb.renew[t0]:
             reverse_tree(tb, t0, A, u_bar, rl0, a_bar, w_bar)
             continue
         for s in range(tb.n_steps[t0]):
-            row_adjoints(tb, r, s, A, g_bar, d_bar, a_bar, w_bar)
+            q = tb.der_slot[tb.step_ptr[t0] + s]
+            if q >= 0:  # the replay's derivatives of this step
+                _cached_row_adjoints1(tb, t0, t1, s, tb.sl_off[tb.step_ptr[t0]], tb.DER[q], g_bar,
+                                      d_bar, a_bar, w_bar)
+            else:
+                row_adjoints(tb, r, s, A, g_bar, d_bar, a_bar, w_bar)
     a0_bar = np.zeros((B, K))
     for b in range(B):
         for j in range(n):

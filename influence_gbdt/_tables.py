@@ -94,7 +94,9 @@ class Tables(NamedTuple):
     ren_sel: NDArray[np.int64]  # (n_total, 2) rows whose residuals a renewed leaf follows (-1: none)
     ren_coef: NDArray[np.float64]  # (n_total, 2) d leaf quantile / d residual of those rows
     ren_wd: NDArray[np.float64]  # (n_total, 4) the quantile's weight-derivative descriptor
-    DER: NDArray[np.float64]  # (n_flat_steps, n, 4) derivative cache (see cache_eligible); else (0, 0, 4)
+    DER: NDArray[np.float64]  # (P, n, 4) derivatives of up to P flat steps (cache_eligible); else (0, 0, 4)
+    der_slot: NDArray[np.int64]  # (n_flat_steps,) each flat step's slot of DER, -1 = not cached
+    der_used: NDArray[np.int64]  # (1,) slots of DER taken (the replay assigns them as it computes steps)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -118,12 +120,14 @@ def clear_sums(tb: Tables, o: int, L: int) -> None:
 DERIVATIVE_BYTES = 32
 
 
-def derivative_cache_bytes(e: TreeEnsemble) -> int:
-    """Size of ``e``'s derivative cache (0 when :func:`cache_eligible` is False)."""
-    if not cache_eligible(e):
+def derivative_cache_slots(e: TreeEnsemble, cache_bytes: float) -> int:
+    """How many leaf steps' derivatives of ``e`` the cache holds within ``cache_bytes`` (0 when
+    :func:`cache_eligible` is False). Backtracking trees count every try: the replay decides how
+    many steps they take, and steps beyond the cache are recomputed by the sweep."""
+    if not cache_eligible(e) or not cache_bytes > 0:
         return 0
-    slots = np.where(e.backtracking, e.n_iterations, e.n_steps)
-    return DERIVATIVE_BYTES * int(slots.sum()) * e.n_rows
+    slots = int(np.where(e.backtracking, e.n_iterations, e.n_steps).sum())
+    return int(min(slots, cache_bytes // (DERIVATIVE_BYTES * e.n_rows)))
 
 
 def cache_eligible(e: TreeEnsemble) -> bool:
@@ -132,13 +136,13 @@ def cache_eligible(e: TreeEnsemble) -> bool:
     return e.n_outputs == 1 and not e.renewed.any() and not e.full_hessian.any()
 
 
-def build_tables(e: TreeEnsemble, group_sums: bool, cache_derivatives: bool = False) -> Tables:
+def build_tables(e: TreeEnsemble, group_sums: bool, cache_slots: int = 0) -> Tables:
     """Flatten ``e`` into the kernels' layout and allocate the replay caches.
 
     ``group_sums``: also cache per-group leaf sums (needed for class factors that move with the
-    user's weights). ``cache_derivatives``: allocate the derivative cache ``DER`` (the replay
-    fills it with each row's loss derivatives at every step; :func:`derivative_cache_bytes`), only
-    where :func:`cache_eligible`.
+    user's weights). ``cache_slots``: leaf steps the derivative cache ``DER`` holds (the replay
+    fills it with each row's loss derivatives at the first ``cache_slots`` steps it computes; see
+    :func:`derivative_cache_slots`).
     """
     T, n = e.n_trees, e.n_rows
     # Backtracking trees get a slot for every try; the replay decides how many steps they take.
@@ -189,7 +193,8 @@ def build_tables(e: TreeEnsemble, group_sums: bool, cache_derivatives: bool = Fa
         HXV=np.zeros((n_joint if G else 0, G * K if n_joint and G else 0)),
         ren_sel=np.full((e.n_total_leaves, 2), -1, dtype=np.int64), ren_coef=np.zeros((e.n_total_leaves, 2)),
         ren_wd=np.zeros((e.n_total_leaves, 4)),
-        DER=np.zeros((int(step_ptr[-1]), n, 4) if cache_derivatives and cache_eligible(e) else (0, 0, 4)),
+        DER=np.zeros((cache_slots, n if cache_slots else 0, 4)), der_slot=np.full(int(step_ptr[-1]), -1),
+        der_used=np.zeros(1, dtype=np.int64),
     ))
 
 

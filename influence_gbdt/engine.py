@@ -41,7 +41,7 @@ from ._base import BaseMargin
 from ._forward import forward_many
 from ._refit import refit_many
 from ._reverse import reverse
-from ._tables import build_tables, derivative_cache_bytes
+from ._tables import build_tables, derivative_cache_slots
 from .ensemble import TreeEnsemble
 from .errors import InputError, ReproductionError
 
@@ -89,9 +89,9 @@ class InfluenceEngine:
         Threads for scoring (default: numba's thread count).
     cache_bytes : float, default 1e9
         Most memory for the derivative cache: the replay keeps every row's loss derivatives at
-        every leaf step (32 bytes per row and step) where the reverse sweep can run from them alone
-        (one output, no renewed leaves, no joint rounds) and they fit; the sweep then skips
-        recomputing them (5x faster on LightGBM's default). 0 = never.
+        the leaf steps it computes first, as many as fit (32 bytes per row and step), for models
+        whose reverse sweep can use them (one output, no renewed leaves, no joint rounds); the
+        sweep recomputes the others (all cached: 5x faster on LightGBM's default). 0 = never.
 
     Attributes
     ----------
@@ -119,8 +119,8 @@ class InfluenceEngine:
         self.n_threads = max(1, int(n_threads or numba.get_num_threads()))
         self.cache_bytes = cache_bytes
         self._dfac = self._combined_factor_derivative()
-        cache = 0 < derivative_cache_bytes(e) <= cache_bytes
-        self._tables = build_tables(e, group_sums=self._dfac is not None, cache_derivatives=cache)
+        self._tables = build_tables(e, group_sums=self._dfac is not None,
+                                    cache_slots=derivative_cache_slots(e, cache_bytes))
         self._A0 = np.ascontiguousarray(e.init_offset + e.base_margin[None, :])
         margin = self._A0.copy()
         K.replay(self._tables, margin)
@@ -133,9 +133,12 @@ class InfluenceEngine:
         self._base = BaseMargin(e)
 
     @property
-    def caches_derivatives(self) -> bool:
-        """Whether the replay kept the rows' derivatives for the reverse sweep (``cache_bytes``)."""
-        return bool(self._tables.DER.shape[0] > 0)
+    def cached_steps(self) -> tuple[int, int]:
+        """(leaf steps whose row derivatives the replay kept for the reverse sweep, leaf steps in
+        all; the trees of a round step together): all of them when they fit in ``cache_bytes``;
+        (0, steps) for models the cache does not serve."""
+        tb = self._tables
+        return int(tb.der_used[0]), int(tb.n_steps[tb.round_ptr[:-1]].sum())
 
     def _set_leaf_values(self, values: NDArray[np.float64]) -> None:
         """Take ``values`` (n_total,) as the recomputed leaf values and measure the residuals. The

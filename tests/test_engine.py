@@ -194,13 +194,19 @@ def test_the_derivative_cache_changes_no_score(name: str) -> None:
     from margins rebuilt by subtraction: the same values up to the rounding of those margins
     (~1e-16 relative per round; 1e-12 leaves room for 20 rounds of it)."""
     spec, engine, test = _setup(name)
-    bare = InfluenceEngine(spec.ensemble(), cache_bytes=0)
     e = engine.ensemble
     eligible = e.n_outputs == 1 and not e.renewed.any() and not e.full_hessian.any()
-    assert engine.caches_derivatives == eligible
-    assert not bare.caches_derivatives
+    cached, steps = engine.cached_steps
+    assert cached == (steps if eligible else 0)
+    bare = InfluenceEngine(spec.ensemble(), cache_bytes=0)
+    assert bare.cached_steps == (0, steps)
+    # A cache with room for about half the steps: the sweep mixes cached and recomputed steps.
+    half = InfluenceEngine(spec.ensemble(), cache_bytes=32 * e.n_rows * max(steps // 2, 1))
+    assert half.cached_steps[0] == (max(steps // 2, 1) if eligible else 0)
     for kw in ({}, {"aggregate": "mean"}, {"on": "prediction", **_outputs(spec)[0]}):
-        assert _rel(engine.influence_reverse(test, **kw), bare.influence_reverse(test, **kw)) < 1e-12
+        expected = bare.influence_reverse(test, **kw)
+        assert _rel(engine.influence_reverse(test, **kw), expected) < 1e-12
+        assert _rel(half.influence_reverse(test, **kw), expected) < 1e-12
 
 
 @pytest.mark.parametrize("name", CONFIGS)
