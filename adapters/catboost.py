@@ -246,7 +246,8 @@ class CatBoostAdapter(BoosterAdapter):
         model with K outputs is described as K trees (one per output) per CatBoost tree."""
         with self.reading():
             leaves = self.model.calc_leaf_indexes(self._pool(X))
-        return np.ascontiguousarray(np.repeat(leaves.T, self.n_outputs, axis=0), dtype=np.int32)
+        by_tree = np.ascontiguousarray(leaves.T, dtype=np.int32)
+        return by_tree if self.n_outputs == 1 else np.repeat(by_tree, self.n_outputs, axis=0)
 
     def raw_predict(self, X: Any, init_score: ArrayLike | None = None) -> NDArray[np.float64]:
         """``RawFormulaVal`` prediction plus ``init_score`` (CatBoost's baseline), shape (n_rows,) or

@@ -318,12 +318,16 @@ class XGBoostAdapter(BoosterAdapter):
     def leaf_indices(self, X: Any) -> NDArray[np.int32]:
         """Leaf of every row in every explained tree, ndarray of shape (n_trees, n_rows), int32,
         ``0 .. n_leaves-1``."""
-        nodes = self._predict(X, pred_leaf=True, iteration_range=(0, self.n_rounds)).astype(np.int64)
+        nodes = self._predict(X, pred_leaf=True, iteration_range=(0, self.n_rounds))
         nodes = nodes.reshape(nodes.shape[0], -1)
-        leaves = self._leaf_map[nodes + self._node_offset[None, :]]
+        # Tree by tree: whole-matrix int64 node ids and their sum with the offsets were three
+        # int64 temporaries of 8 x trees x rows bytes each (2.4 GB at 1e6 rows x 100 trees).
+        leaves = np.empty((nodes.shape[1], nodes.shape[0]), dtype=np.int32)
+        for t in range(nodes.shape[1]):
+            leaves[t] = self._leaf_map[nodes[:, t].astype(np.int64) + self._node_offset[t]]
         if leaves.min() < 0:
             raise InputError("XGBoost returned a node id that is not a leaf of the model: the model changed.")
-        return np.ascontiguousarray(leaves.T, dtype=np.int32)
+        return leaves
 
     def raw_predict(self, X: Any, init_score: ArrayLike | None = None) -> NDArray[np.float64]:
         """XGBoost's margin (``output_margin=True``) with the explained rounds, as the model's own

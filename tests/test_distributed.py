@@ -182,3 +182,27 @@ def test_refusals(client: Any) -> None:
         dist.score_training_points(X_test, y_test)
     with pytest.raises(InputError, match="partitioned like X"):
         BoostingInfluence(model).fit(dd.from_pandas(X, npartitions=2), y)
+
+
+def test_validation_studies_run_their_retrains_on_the_workers(client: Any) -> None:
+    """loo_study, derivative_study and removal_curve with the retrains on the cluster's workers give
+    what they give run here: the same retrains (same seed and data), so equal results."""
+    from influence_gbdt.validation import TrainingRecipe, derivative_study, loo_study, removal_curve
+
+    X, y, Xt, yt = _data(seed=3)
+    X, y = X.iloc[:400], y[:400]
+    recipe = TrainingRecipe("xgboost", {"objective": "binary:logistic", "max_depth": 2, "eta": 0.3},
+                            num_boost_round=10)
+    model = recipe.fit(X, y)
+    methods = (("leaf_refit", "all_points", None), ("leaf_influence", "all_points", None))
+    rows = np.arange(6)
+    for study in (loo_study, derivative_study):
+        here = study(recipe, X, y, Xt, yt, rows, methods=methods, model=model, progress=False)
+        there = study(recipe, X, y, Xt, yt, rows, methods=methods, model=model, progress=False,
+                      executor=client)
+        np.testing.assert_array_equal(there.actual, here.actual)
+        np.testing.assert_array_equal(there.kept, here.kept)
+        pd.testing.assert_frame_equal(there.summary, here.summary)
+    kw = {"sizes": (5, 10), "n_random": 2, "methods": methods[:1], "model": model, "progress": False}
+    pd.testing.assert_frame_equal(removal_curve(recipe, X, y, Xt, yt, executor=client, **kw),
+                                  removal_curve(recipe, X, y, Xt, yt, **kw))

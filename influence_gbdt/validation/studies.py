@@ -9,7 +9,7 @@ Sign convention, the same as the scores': ``actual > 0`` means the training row 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -43,6 +43,50 @@ DEFAULT_METHODS: tuple[tuple[str, str, int | None], ...] = (
 DERIVATIVE_METHODS: tuple[tuple[str, str, int | None], ...] = tuple(
     c for c in DEFAULT_METHODS if c[0] == "leaf_influence"
 )
+
+
+def _run_all(executor: Any, job: Callable[..., Any], retraining: Retraining, items: Sequence[Any],
+             progress: bool, desc: str) -> list[Any]:
+    """``job(retraining, item)`` for every item, in order: here, or on ``executor`` (anything with
+    ``submit(fn, *args)`` returning a future with ``result()``: a ``concurrent.futures`` executor or
+    a Dask ``distributed.Client``, which gets ``retraining``, with its copy of the training data,
+    scattered to every worker once instead of once per task)."""
+    bar = tqdm(total=len(items), disable=not progress, desc=desc, leave=False)
+    if executor is None:
+        out = []
+        for item in items:
+            out.append(job(retraining, item))
+            bar.update()
+        bar.close()
+        return out
+    shared: Any = retraining
+    if hasattr(executor, "scatter"):
+        shared = executor.scatter(retraining, broadcast=True)
+    futures = [executor.submit(job, shared, item) for item in items]
+    out = []
+    for f in futures:
+        out.append(f.result())
+        bar.update()
+    bar.close()
+    return out
+
+
+def _loo_row(retraining: Retraining, row: int) -> tuple[NDArray[np.float64], dict[str, Any] | None]:
+    """Test-loss change of removing ``row`` (> 0 = harmful) and the structure report."""
+    after, report = retraining.without([row])
+    return retraining.base_losses - after, report
+
+
+def _fd_row(retraining: Retraining, job: tuple[int, float, float]) -> tuple[NDArray[np.float64], Any]:
+    """Central difference of the test losses in ``row``'s weight ``w``, step ``eps``: ``job`` is
+    (row, w, eps). The report is of a retrain that changed the structure, if one did."""
+    row, w, eps = job
+    (up, up_report), (down, down_report) = (retraining.with_weight(row, w + step) for step in (eps, -eps))
+    return (up - down) / (2 * eps), (up_report if not up_report["same"] else down_report)  # type: ignore[index]
+
+
+def _removal(retraining: Retraining, removed: NDArray[np.int64]) -> NDArray[np.float64]:
+    return retraining.without(removed)[0]
 
 
 def method_label(method: str, update_set: str, k: int | None) -> str:
@@ -108,6 +152,7 @@ def loo_study(
     ndcg_k: int = 100,
     base_score: Literal["refit", "fixed"] = "refit",
     progress: bool = True,
+    executor: Any = None,
 ) -> LOOStudy:
     """Leave-one-out retraining of ``rows`` compared with the influence methods.
 
@@ -127,6 +172,10 @@ def loo_study(
     base_score : {"refit", "fixed"}
         Passed to :class:`~influence_gbdt.BoostingInfluence` (``"refit"`` matches retraining).
     progress : bool
+    executor : optional
+        Where the retrains run, in parallel: a ``concurrent.futures`` executor or a Dask
+        ``distributed.Client`` (the retrains then run on the cluster's workers, each with a copy of
+        the training data). Default: one after the other, here.
 
     Returns
     -------
@@ -134,7 +183,7 @@ def loo_study(
         ``.summary`` is the DataFrame of agreement figures; see :func:`write_report`.
     """
     return _study(recipe, X, y, X_test, y_test, rows, sample_weight, methods, None, model, ndcg_k,
-                  base_score, progress)
+                  base_score, progress, executor)
 
 
 def derivative_study(
@@ -152,6 +201,7 @@ def derivative_study(
     ndcg_k: int = 100,
     base_score: Literal["refit", "fixed"] = "refit",
     progress: bool = True,
+    executor: Any = None,
 ) -> LOOStudy:
     """LeafInfluence against finite differences of real retraining (the paper's Proxy 2).
 
@@ -170,13 +220,13 @@ def derivative_study(
     if not 0 < eps < 1:
         raise InputError(f"eps must lie in (0, 1) (a step of the sample weight), got {eps}.")
     return _study(recipe, X, y, X_test, y_test, rows, sample_weight, methods, float(eps), model, ndcg_k,
-                  base_score, progress)
+                  base_score, progress, executor)
 
 
 def _study(
     recipe: TrainingRecipe, X: Any, y: ArrayLike, X_test: Any, y_test: ArrayLike, rows: ArrayLike,
     sample_weight: ArrayLike | None, methods: Iterable[tuple[str, str, int | None]], eps: float | None,
-    model: Any | None, ndcg_k: int, base_score: Literal["refit", "fixed"], progress: bool,
+    model: Any | None, ndcg_k: int, base_score: Literal["refit", "fixed"], progress: bool, executor: Any,
 ) -> LOOStudy:
     """Retrain per row (without it, or with its weight +- eps), then score with every method."""
     rows = np.asarray(rows, dtype=np.int64).ravel()
@@ -191,20 +241,14 @@ def _study(
 
     t0 = time.perf_counter()
     retraining = Retraining(recipe, model, X, y, X_test, yt, ex.engine_.ensemble.loss, sample_weight)
-    actual = np.empty((rows.size, n_rows(X_test)))
-    reports = []
-    desc = "leave-one-out retraining" if eps is None else "finite-difference retraining"
-    for j, r in enumerate(tqdm(rows, disable=not progress, desc=desc, leave=False)):
-        if eps is None:
-            after, report = retraining.without([r])
-            actual[j] = retraining.base_losses - after
-            reports.append(report)
-            continue
-        (up, up_report), (down, down_report) = (
-            retraining.with_weight(r, w0[r] + step) for step in (eps, -eps)
-        )
-        actual[j] = (up - down) / (2 * eps)
-        reports.append(up_report if not up_report["same"] else down_report)  # type: ignore[index]
+    if eps is None:
+        done = _run_all(executor, _loo_row, retraining, [int(r) for r in rows], progress,
+                        "leave-one-out retraining")
+    else:
+        done = _run_all(executor, _fd_row, retraining, [(int(r), float(w0[r]), eps) for r in rows],
+                        progress, "finite-difference retraining")
+    actual = np.array([d[0] for d in done]).reshape(rows.size, n_rows(X_test))
+    reports = [d[1] for d in done]
     seconds = {"retrain": time.perf_counter() - t0}
     structure = pd.DataFrame(reports, index=pd.Index(rows, name="row"))
     kept = structure["same"].to_numpy(dtype=bool)
@@ -243,6 +287,7 @@ def removal_curve(
     n_random: int = 5,
     seed: int = 0,
     progress: bool = True,
+    executor: Any = None,
 ) -> pd.DataFrame:
     """Remove the ``m`` most harmful training rows by a method, retrain, measure the real change.
 
@@ -263,6 +308,8 @@ def removal_curve(
     seed : int
         Seed of the random removals.
     progress : bool
+    executor : optional
+        Where the retrains run, in parallel (as :func:`loo_study`'s).
 
     Returns
     -------
@@ -298,9 +345,8 @@ def removal_curve(
             plans.append(("random", m, rep, rng.choice(n, size=m, replace=False), float("nan")))
 
     out = []
-    for strategy, m, rep, removed, predicted in tqdm(plans, disable=not progress, desc="removal curve",
-                                                      leave=False):
-        after = retraining.without(removed)[0]
+    losses = _run_all(executor, _removal, retraining, [p[3] for p in plans], progress, "removal curve")
+    for (strategy, m, rep, _, predicted), after in zip(plans, losses, strict=True):
         after_t, after_all = after[target_cols].mean(), after.mean()
         out.append({
             "strategy": strategy, "m": m, "repeat": rep,
