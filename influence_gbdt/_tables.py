@@ -61,7 +61,7 @@ class Tables(NamedTuple):
     bt_pos: NDArray[np.int64]  # (n,) position of each row in bt_order
     step_ptr: NDArray[np.int64]  # (T + 1,)
     sl_off: NDArray[np.int64]  # (n_flat_steps + 1,)
-    rows_by_leaf: NDArray[np.int32]  # (T, n)
+    rows_by_leaf: NDArray[np.int32]  # (T, n); (0, 0) until LeafRefit or forward mode needs it
     leaf_first: NDArray[np.int64]  # (n_total,)
     leaf_count: NDArray[np.int64]  # (n_total,)
     y: NDArray[np.float64]  # (n, label width)
@@ -136,13 +136,27 @@ def cache_eligible(e: TreeEnsemble) -> bool:
     return e.n_outputs == 1 and not e.renewed.any() and not e.full_hessian.any()
 
 
-def build_tables(e: TreeEnsemble, group_sums: bool, cache_slots: int = 0) -> Tables:
+def sorted_rows(e: TreeEnsemble, round_ptr: NDArray[np.int64] | None = None) -> NDArray[np.int32]:
+    """``rows_by_leaf``: each tree's rows sorted by leaf (stable), shape (T, n), int32. The trees of
+    a joint round share the structure of its first: sorted once per round. Tree by tree (a
+    whole-matrix argsort would allocate 8 x trees x rows bytes of int64)."""
+    if round_ptr is None:
+        round_ptr = np.searchsorted(e.tree_round, np.arange(int(e.tree_round[-1]) + 2)).astype(np.int64)
+    source = np.where(e.full_hessian, round_ptr[e.tree_round], np.arange(e.n_trees))
+    out = np.empty((e.n_trees, e.n_rows), dtype=np.int32)
+    for t in range(e.n_trees):
+        out[t] = np.argsort(e.leaf_index[t], kind="stable") if source[t] == t else out[source[t]]
+    return out
+
+
+def build_tables(e: TreeEnsemble, group_sums: bool, cache_slots: int = 0, sort_rows: bool = True) -> Tables:
     """Flatten ``e`` into the kernels' layout and allocate the replay caches.
 
     ``group_sums``: also cache per-group leaf sums (needed for class factors that move with the
     user's weights). ``cache_slots``: leaf steps the derivative cache ``DER`` holds (the replay
     fills it with each row's loss derivatives at the first ``cache_slots`` steps it computes; see
-    :func:`derivative_cache_slots`).
+    :func:`derivative_cache_slots`). ``sort_rows=False`` leaves ``rows_by_leaf`` empty (0, 0):
+    only LeafRefit, forward mode and renewed leaves read it (:func:`sorted_rows` builds it later).
     """
     T, n = e.n_trees, e.n_rows
     # Backtracking trees get a slot for every try; the replay decides how many steps they take.
@@ -156,19 +170,13 @@ def build_tables(e: TreeEnsemble, group_sums: bool, cache_slots: int = 0) -> Tab
     scales[e.backtracking] = 0.0
     n_sl = int(sl_off[-1])
     round_ptr = np.searchsorted(e.tree_round, np.arange(int(e.tree_round[-1]) + 2)).astype(np.int64)
-    # The trees of a joint round share the structure of its first: sorted once per round.
-    source = np.where(e.full_hessian, round_ptr[e.tree_round], np.arange(T))
-    # Tree by tree: whole-matrix argsort and bincount would allocate int64 temporaries of
-    # 8 x trees x rows bytes (1.6 GB more at 1e6 rows x 100 trees).
-    rows_by_leaf = np.empty((T, n), dtype=np.int32)
+    # Tree by tree: a whole-matrix bincount would allocate int64 temporaries of 8 x trees x rows
+    # bytes (800 MB at 1e6 rows x 100 trees).
     leaf_count = np.zeros(e.n_total_leaves, dtype=np.int64)
     for t in range(T):
-        if source[t] == t:
-            rows_by_leaf[t] = np.argsort(e.leaf_index[t], kind="stable")
-        else:
-            rows_by_leaf[t] = rows_by_leaf[source[t]]
         leaf_count[e.leaf_offset[t] : e.leaf_offset[t + 1]] = np.bincount(
             e.leaf_index[t], minlength=int(e.n_leaves[t]))
+    rows_by_leaf = sorted_rows(e, round_ptr) if sort_rows else np.empty((0, 0), dtype=np.int32)
     first_global = np.zeros(e.n_total_leaves + 1, dtype=np.int64)
     np.cumsum(leaf_count, out=first_global[1:])
     # Position of each leaf's first row inside its own tree's row of rows_by_leaf.

@@ -143,8 +143,8 @@ class _Partition:
         extra = {} if label_mean is None else {"label_mean": label_mean}
         e = adapter.describe(X, y, weight, init_score, **extra)
         _check_scope(e, adapter.library)
-        # rows_by_leaf serves renewed leaves and top-k update sets only: not kept.
-        tb = build_tables(e, group_sums=False)._replace(rows_by_leaf=np.empty((0, 0), np.int32))
+        # rows_by_leaf serves LeafRefit, forward mode and renewed leaves only: not built.
+        tb = build_tables(e, group_sums=False, sort_rows=False)
         A = np.ascontiguousarray(e.init_offset + e.base_margin[None, :])
         _partition_sums(tb, A)
         self.ensemble, self.tables, self.margin = e, tb, A

@@ -41,7 +41,7 @@ from ._base import BaseMargin
 from ._forward import forward_many
 from ._refit import refit_many
 from ._reverse import reverse
-from ._tables import build_tables, derivative_cache_slots
+from ._tables import Tables, build_tables, derivative_cache_slots, sorted_rows
 from .ensemble import TreeEnsemble
 from .errors import InputError, ReproductionError
 
@@ -119,8 +119,11 @@ class InfluenceEngine:
         self.n_threads = max(1, int(n_threads or numba.get_num_threads()))
         self.cache_bytes = cache_bytes
         self._dfac = self._combined_factor_derivative()
+        # Rows sorted by leaf (4 bytes per tree and row) serve LeafRefit, forward mode and renewed
+        # leaves only: built when first needed (``_row_tables``), except for renewed leaves.
         self._tables = build_tables(e, group_sums=self._dfac is not None,
-                                    cache_slots=derivative_cache_slots(e, cache_bytes))
+                                    cache_slots=derivative_cache_slots(e, cache_bytes),
+                                    sort_rows=bool(e.renewed.any()))
         self._A0 = np.ascontiguousarray(e.init_offset + e.base_margin[None, :])
         margin = self._A0.copy()
         K.replay(self._tables, margin)
@@ -437,7 +440,7 @@ class InfluenceEngine:
     def _refit(self, idx: NDArray[np.int64], mode: int, k: int, shift: NDArray[np.float64],
                threads: int | None = None) -> NDArray[np.float64]:
         fac_new, changed = self._factors_without(idx)
-        tb, A0 = self._tables, self._A0
+        tb, A0 = self._row_tables(), self._A0
         return self._split_rows(
             lambda sl: refit_many(tb, A0, idx[sl], mode, k, shift[sl], fac_new[sl], changed[sl]),
             idx.size, threads)
@@ -445,10 +448,18 @@ class InfluenceEngine:
     def _forward(self, idx: NDArray[np.int64], mode: int, k: int, d_base: NDArray[np.float64],
                  threads: int | None = None) -> NDArray[np.float64]:
         d_fac, d_sumw = self._factor_derivatives(idx)
-        tb, A0 = self._tables, self._A0
+        tb, A0 = self._row_tables(), self._A0
         return self._split_rows(
             lambda sl: forward_many(tb, A0, idx[sl], mode, k, d_base[sl], d_fac[sl], d_sumw[sl]),
             idx.size, threads)
+
+    def _row_tables(self) -> Tables:
+        """The tables with ``rows_by_leaf`` (sorted on first use; two threads racing sort the same
+        rows twice, harmlessly)."""
+        tb = self._tables
+        if tb.rows_by_leaf.shape[0] == 0 and self.ensemble.n_trees > 0:
+            tb = self._tables = tb._replace(rows_by_leaf=sorted_rows(self.ensemble))
+        return tb
 
     def _split_rows(self, fn: Callable[[slice], NDArray[np.float64]], n: int,
                     threads: int | None) -> NDArray[np.float64]:
