@@ -82,8 +82,9 @@ from numpy.typing import ArrayLike, NDArray
 from influence_gbdt.engine import InfluenceEngine
 from influence_gbdt.ensemble import TreeEnsemble
 from influence_gbdt.errors import InputError, ReproductionError, UnsupportedModelError
+from influence_gbdt.inputs import is_sparse
 from influence_gbdt.labels import LabelMap
-from influence_gbdt.tabular import n_rows
+from influence_gbdt.tabular import n_rows, take_rows
 
 from .base import BoosterAdapter, check_numeric_params
 from .xgboost_objectives import RT_EPS, Objective, objective_from_config, rounding_units
@@ -107,6 +108,9 @@ _ALIASES: dict[str, str] = {
 #: A leaf within this many float32 rounding bounds (:func:`rounding_units`) is reproduced.
 ROUNDING_UNITS = 2.0
 _MEASURED_UNITS = 0.6
+#: Rows whose leaves one ``predict(pred_leaf=True)`` call reads (its float32 output: 4 bytes per
+#: tree and row of them).
+_LEAF_ROWS = 131_072
 
 
 def _f32(value: Any) -> float:
@@ -317,14 +321,22 @@ class XGBoostAdapter(BoosterAdapter):
 
     def leaf_indices(self, X: Any) -> NDArray[np.int32]:
         """Leaf of every row in every explained tree, ndarray of shape (n_trees, n_rows), int32,
-        ``0 .. n_leaves-1``."""
-        nodes = self._predict(X, pred_leaf=True, iteration_range=(0, self.n_rounds))
-        nodes = nodes.reshape(nodes.shape[0], -1)
-        # Tree by tree: whole-matrix int64 node ids and their sum with the offsets were three
-        # int64 temporaries of 8 x trees x rows bytes each (2.4 GB at 1e6 rows x 100 trees).
-        leaves = np.empty((nodes.shape[1], nodes.shape[0]), dtype=np.int32)
-        for t in range(nodes.shape[1]):
-            leaves[t] = self._leaf_map[nodes[:, t].astype(np.int64) + self._node_offset[t]]
+        ``0 .. n_leaves-1``.
+
+        Read :data:`_LEAF_ROWS` rows at a time and converted tree by tree: XGBoost's float32 node
+        ids for all rows, and int64 copies of them, would be 4-24 bytes per tree and row on top of
+        the result (2.8 GB at 1e6 rows x 100 trees)."""
+        n = n_rows(X)
+        leaves = np.empty((0, n), dtype=np.int32)
+        for start in range(0, n, _LEAF_ROWS):
+            stop = min(start + _LEAF_ROWS, n)
+            part = X if stop - start == n else _row_slice(X, start, stop)
+            nodes = self._predict(part, pred_leaf=True, iteration_range=(0, self.n_rounds))
+            nodes = nodes.reshape(stop - start, -1)
+            if start == 0:
+                leaves = np.empty((nodes.shape[1], n), dtype=np.int32)
+            for t in range(nodes.shape[1]):
+                leaves[t, start:stop] = self._leaf_map[nodes[:, t].astype(np.int64) + self._node_offset[t]]
         if leaves.min() < 0:
             raise InputError("XGBoost returned a node id that is not a leaf of the model: the model changed.")
         return leaves
@@ -504,6 +516,13 @@ def _dask_wrapper(model: Any) -> bool:
     name: importing ``xgboost.dask`` needs Dask)."""
     return type(model).__module__ == "xgboost.dask" and type(model).__name__ in (
         "DaskXGBClassifier", "DaskXGBRegressor")
+
+
+def _row_slice(X: Any, start: int, stop: int) -> Any:
+    """Rows ``start .. stop - 1`` of ``X`` (array, sparse matrix or DataFrame), kept in its type."""
+    if isinstance(X, np.ndarray) or is_sparse(X):
+        return X[start:stop]
+    return take_rows(X, np.arange(start, stop))
 
 
 def _predicted_rounds(model: Any, booster: xgb.Booster) -> int:

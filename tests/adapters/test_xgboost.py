@@ -176,6 +176,23 @@ def test_sklearn_wrappers_booster_and_dataframe_agree(data):
         np.testing.assert_array_equal(scores[0], scores[2])
 
 
+def test_leaf_indices_read_in_row_chunks_equal_one_read(data, monkeypatch):
+    """Large inputs are read _LEAF_ROWS rows at a time; with chunks of 7 rows, arrays, DataFrames and
+    sparse matrices give the leaves of one whole read, and the model is still reproduced."""
+    import influence_gbdt.adapters.xgboost as module
+    import scipy.sparse
+
+    X, y = data["X"], data["binary"]
+    model = xgb.XGBClassifier(n_estimators=ROUNDS, max_depth=3).fit(X, y)
+    adapter = adapter_for(model)
+    inputs = (X, pd.DataFrame(X, columns=[f"f{j}" for j in range(6)]), scipy.sparse.csr_matrix(X))
+    whole = [adapter.leaf_indices(x) for x in inputs]
+    monkeypatch.setattr(module, "_LEAF_ROWS", 7)
+    for x, expected in zip(inputs, whole, strict=True):
+        np.testing.assert_array_equal(adapter.leaf_indices(x), expected)
+    assert adapter.prepare(X, y).relative_residual < adapter.rtol
+
+
 def test_categorical_dataframe(data):
     X, y = data["X"], data["binary"]
     df = pd.DataFrame(X[:, :4], columns=list("abcd"))
