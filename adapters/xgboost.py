@@ -82,7 +82,6 @@ from numpy.typing import ArrayLike, NDArray
 from influence_gbdt.engine import InfluenceEngine
 from influence_gbdt.ensemble import TreeEnsemble
 from influence_gbdt.errors import InputError, ReproductionError, UnsupportedModelError
-from influence_gbdt.inputs import is_sparse
 from influence_gbdt.labels import LabelMap
 from influence_gbdt.tabular import n_rows, take_rows
 
@@ -327,14 +326,12 @@ class XGBoostAdapter(BoosterAdapter):
         ids for all rows, and int64 copies of them, would be 4-24 bytes per tree and row on top of
         the result (2.8 GB at 1e6 rows x 100 trees)."""
         n = n_rows(X)
-        leaves = np.empty((0, n), dtype=np.int32)
+        leaves = np.empty((self._node_offset.size, n), dtype=np.int32)
         for start in range(0, n, _LEAF_ROWS):
             stop = min(start + _LEAF_ROWS, n)
-            part = X if stop - start == n else _row_slice(X, start, stop)
+            part = X if stop - start == n else take_rows(X, np.arange(start, stop))
             nodes = self._predict(part, pred_leaf=True, iteration_range=(0, self.n_rounds))
             nodes = nodes.reshape(stop - start, -1)
-            if start == 0:
-                leaves = np.empty((nodes.shape[1], n), dtype=np.int32)
             for t in range(nodes.shape[1]):
                 leaves[t, start:stop] = self._leaf_map[nodes[:, t].astype(np.int64) + self._node_offset[t]]
         if leaves.min() < 0:
@@ -516,13 +513,6 @@ def _dask_wrapper(model: Any) -> bool:
     name: importing ``xgboost.dask`` needs Dask)."""
     return type(model).__module__ == "xgboost.dask" and type(model).__name__ in (
         "DaskXGBClassifier", "DaskXGBRegressor")
-
-
-def _row_slice(X: Any, start: int, stop: int) -> Any:
-    """Rows ``start .. stop - 1`` of ``X`` (array, sparse matrix or DataFrame), kept in its type."""
-    if isinstance(X, np.ndarray) or is_sparse(X):
-        return X[start:stop]
-    return take_rows(X, np.arange(start, stop))
 
 
 def _predicted_rounds(model: Any, booster: xgb.Booster) -> int:

@@ -122,11 +122,13 @@ DERIVATIVE_BYTES = 32
 
 def derivative_cache_slots(e: TreeEnsemble, cache_bytes: float) -> int:
     """How many leaf steps' derivatives of ``e`` the cache holds within ``cache_bytes`` (0 when
-    :func:`cache_eligible` is False). Backtracking trees count every try: the replay decides how
-    many steps they take, and steps beyond the cache are recomputed by the sweep."""
+    :func:`cache_eligible` is False). A round's trees step together (one slot per round and step);
+    backtracking trees count every try: the replay decides how many steps they take, and steps
+    beyond the cache are recomputed by the sweep."""
     if not cache_eligible(e) or not cache_bytes > 0:
         return 0
-    slots = int(np.where(e.backtracking, e.n_iterations, e.n_steps).sum())
+    first = np.r_[True, e.tree_round[1:] != e.tree_round[:-1]]  # each round's first tree
+    slots = int(np.where(e.backtracking, e.n_iterations, e.n_steps)[first].sum())
     return int(min(slots, cache_bytes // (DERIVATIVE_BYTES * e.n_rows)))
 
 
@@ -136,12 +138,10 @@ def cache_eligible(e: TreeEnsemble) -> bool:
     return e.n_outputs == 1 and not e.renewed.any() and not e.full_hessian.any()
 
 
-def sorted_rows(e: TreeEnsemble, round_ptr: NDArray[np.int64] | None = None) -> NDArray[np.int32]:
-    """``rows_by_leaf``: each tree's rows sorted by leaf (stable), shape (T, n), int32. The trees of
-    a joint round share the structure of its first: sorted once per round. Tree by tree (a
-    whole-matrix argsort would allocate 8 x trees x rows bytes of int64)."""
-    if round_ptr is None:
-        round_ptr = np.searchsorted(e.tree_round, np.arange(int(e.tree_round[-1]) + 2)).astype(np.int64)
+def sorted_rows(e: TreeEnsemble, round_ptr: NDArray[np.int64]) -> NDArray[np.int32]:
+    """``rows_by_leaf``: each tree's rows sorted by leaf (stable), shape (T, n), int32; ``round_ptr``
+    as in :class:`Tables`. The trees of a joint round share the structure of its first: sorted once
+    per round. Tree by tree (a whole-matrix argsort would allocate 8 x trees x rows bytes of int64)."""
     source = np.where(e.full_hessian, round_ptr[e.tree_round], np.arange(e.n_trees))
     out = np.empty((e.n_trees, e.n_rows), dtype=np.int32)
     for t in range(e.n_trees):

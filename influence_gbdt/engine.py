@@ -458,7 +458,7 @@ class InfluenceEngine:
         rows twice, harmlessly)."""
         tb = self._tables
         if tb.rows_by_leaf.shape[0] == 0 and self.ensemble.n_trees > 0:
-            tb = self._tables = tb._replace(rows_by_leaf=sorted_rows(self.ensemble))
+            tb = self._tables = tb._replace(rows_by_leaf=sorted_rows(self.ensemble, tb.round_ptr))
         return tb
 
     def _split_rows(self, fn: Callable[[slice], NDArray[np.float64]], n: int,

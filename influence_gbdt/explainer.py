@@ -428,7 +428,7 @@ class BoostingInfluence:
         """Refuse, before anything n-sized is allocated, a fit that would need more than
         ``max_memory`` (the tree count comes from the leaf indices of one row); return the bytes it
         needs."""
-        first = X[:1] if is_sparse(X) else take_rows(X, np.arange(1))
+        first = take_rows(X, np.arange(1))
         n_trees = int(adapter.leaf_indices(first).shape[0])
         need = FIT_BYTES_PER_TREE_ROW * n_trees * n
         if need > self.max_memory:

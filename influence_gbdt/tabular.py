@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from .inputs import is_sparse
+
 
 def n_rows(X: Any) -> int:
     """Number of rows of a 2-D array-like (``X.shape[0]``, else ``len(X)``)."""
@@ -16,10 +18,13 @@ def n_rows(X: Any) -> int:
 
 
 def take_rows(X: Any, idx: NDArray[Any]) -> Any:
-    """Rows ``idx`` (integer indices or a boolean mask) of ``X``, keeping a DataFrame a DataFrame."""
+    """Rows ``idx`` (integer indices or a boolean mask) of ``X``, keeping a DataFrame a DataFrame
+    and a SciPy sparse matrix sparse."""
     import pandas as pd
 
+    idx = np.asarray(idx)
     if isinstance(X, (pd.DataFrame, pd.Series)):
-        idx = np.asarray(idx)
         return X.iloc[np.flatnonzero(idx) if idx.dtype == bool else idx]
+    if is_sparse(X):
+        return X[np.flatnonzero(idx) if idx.dtype == bool else idx]
     return np.asarray(X)[idx]

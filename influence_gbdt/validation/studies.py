@@ -51,24 +51,12 @@ def _run_all(executor: Any, job: Callable[..., Any], retraining: Retraining, ite
     ``submit(fn, *args)`` returning a future with ``result()``: a ``concurrent.futures`` executor or
     a Dask ``distributed.Client``, which gets ``retraining``, with its copy of the training data,
     scattered to every worker once instead of once per task)."""
-    bar = tqdm(total=len(items), disable=not progress, desc=desc, leave=False)
     if executor is None:
-        out = []
-        for item in items:
-            out.append(job(retraining, item))
-            bar.update()
-        bar.close()
-        return out
-    shared: Any = retraining
-    if hasattr(executor, "scatter"):
-        shared = executor.scatter(retraining, broadcast=True)
-    futures = [executor.submit(job, shared, item) for item in items]
-    out = []
-    for f in futures:
-        out.append(f.result())
-        bar.update()
-    bar.close()
-    return out
+        results: Iterable[Any] = (job(retraining, item) for item in items)
+    else:
+        shared = executor.scatter(retraining, broadcast=True) if hasattr(executor, "scatter") else retraining
+        results = (f.result() for f in [executor.submit(job, shared, item) for item in items])
+    return list(tqdm(results, total=len(items), disable=not progress, desc=desc, leave=False))
 
 
 def _loo_row(retraining: Retraining, row: int) -> tuple[NDArray[np.float64], dict[str, Any] | None]:
