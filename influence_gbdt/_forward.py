@@ -67,6 +67,7 @@ def forward_one(  # noqa: C901 -- one loop nest over rounds, steps and the updat
     The update set propagates the margin derivatives of its rows (SinglePoint: row i0 alone).
     """
     n, K = A0.shape
+    n_all = n + tb.outside[1]  # rows of the whole training set (a Dask partition holds some)
     A = A0.copy()
     track = mode != NONE
     J = np.empty((n if track else 1, K))
@@ -118,7 +119,7 @@ def forward_one(  # noqa: C901 -- one loop nest over rounds, steps and the updat
                     if not (track and sel[tb.leaf_off[t] + tb.leaf[t, i0]]):
                         _add_row(tb, r, s, A, i0, J[ji0], t, dG, dD, dM, scratch)  # the row's own change
             if tb.joint[t0]:
-                _joint.forward_steps(tb, r, A, i0, s_i0, d_fac, tb.l2m[t0] * d_sumw / n, dG, dM, du)
+                _joint.forward_steps(tb, r, A, i0, s_i0, d_fac, tb.l2m[t0] * d_sumw / n_all, dG, dM, du)
                 continue
             step_point(tb, r, s, A, i0, mrow, z)
             grad_hess(tb.code, tb.prm, tb.y[i0], z, g, h)
@@ -137,7 +138,7 @@ def forward_one(  # noqa: C901 -- one loop nest over rounds, steps and the updat
                         for q in range(d_fac.shape[0]):
                             dg_l += d_fac[q] * tb.GV[o + lj, q]
                             dd_l += d_fac[q] * tb.HV[o + lj, q]
-                    dd_l += tb.l2m[t] * d_sumw / n
+                    dd_l += tb.l2m[t] * d_sumw / n_all
                     du[gl] += tb.scales[t, s] * (tb.RG[o + lj] * dg_l + tb.RD[o + lj] * dd_l)
         for t in range(t0, t1):
             for gl in range(tb.leaf_off[t], tb.leaf_off[t + 1]):

@@ -376,7 +376,7 @@ def replay(tb: Tables, A: NDArray[np.float64]) -> None:
     into the next.
     """
     n, K = A.shape
-    mean_w = tb.w.sum() / n
+    mean_w = (tb.w.sum() + tb.outside[0]) / (n + tb.outside[1])
     u = np.zeros(tb.leaf_off[-1])
     step = np.zeros(tb.leaf_off[-1])
     most_leaves, _ = round_sizes(tb)

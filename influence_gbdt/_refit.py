@@ -38,13 +38,14 @@ def _margin(
 
 
 @numba.njit(cache=True, nogil=True)
-def _round_sums(
+def refit_round_sums(
     tb: Tables, r: int, a: int, A: NDArray[np.float64], delta: NDArray[np.float64], u: NDArray[np.float64],
     w_new: NDArray[np.float64], sel: NDArray[np.bool_], every: bool, changed: bool, i0: int,
     Gs: NDArray[np.float64], Hs: NDArray[np.float64], HXs: NDArray[np.float64], scratch: NDArray[np.float64],
 ) -> None:
-    """Leaf sums of round ``r`` at in-tree moves ``u`` (its ``a``-th step), row ``i0`` deleted;
-    a joint round also sums its full hessian rows into ``HXs`` (leaves, K).
+    """Leaf sums of round ``r`` at in-tree moves ``u`` (its ``a``-th step), row ``i0`` deleted
+    (-1: a row these tables do not hold); a joint round also sums its full hessian rows into
+    ``HXs`` (leaves, K).
 
     A leaf whose rows all keep their original margins and weights, at the original replay's
     ``a``-th step, reuses the cached sums minus row ``i0``'s share; the others are summed anew.
@@ -70,7 +71,7 @@ def _round_sums(
                 Hs[gl - rl0] = tb.H[sl]
                 if joint:
                     HXs[gl - rl0] = tb.HX[sl]
-                if lj == tb.leaf[t, i0]:  # the cached sums without row i0's original share
+                if i0 >= 0 and lj == tb.leaf[t, i0]:  # the cached sums without row i0's share
                     step_point(tb, r, a, A, i0, mrow, z)
                     grad_hess(tb.code, tb.prm, tb.y[i0], z, g, h)
                     wg, wh = weighted(tb.code, g[c], h[c], tb.w[i0], tb.f32)
@@ -101,7 +102,7 @@ def _round_sums(
 
 
 @numba.njit(cache=True, nogil=True)
-def _round_steps(
+def refit_round_steps(
     tb: Tables, r: int, Gs: NDArray[np.float64], Hs: NDArray[np.float64], mean_w: float,
     d: NDArray[np.float64],
 ) -> None:
@@ -136,7 +137,7 @@ def refit_one(  # noqa: C901 -- one loop nest over rounds and steps, with the ba
             d = tb.v[j] * fac_new[0, tb.grp[j]]
             w_new[j] = (np.float64(np.float32(d)) if tb.f32w else d) * fac_new[1, tb.grp[j]]
     w_new[i0] = 0.0
-    mean_w = w_new.sum() / (n - 1)
+    mean_w = (w_new.sum() + tb.outside[0]) / (n + tb.outside[1] - 1)
     n_total = tb.leaf_off[-1]
     out = np.empty(n_total)
     u = np.zeros(n_total)
@@ -163,8 +164,8 @@ def refit_one(  # noqa: C901 -- one loop nest over rounds and steps, with the ba
             refit_tree(tb, t0, A, delta, sel, every, changed, w_new, i0, out)
         elif tb.backtrack[t0]:  # alone in its round: AnyImprovement, re-decided without the row
             accepted, scale = 0, 1.0
-            _round_sums(tb, r, 0, A, delta, u, w_new, sel, every, changed, i0, Gs, Hs, HXs, scratch)
-            _round_steps(tb, r, Gs, Hs, mean_w, d)
+            refit_round_sums(tb, r, 0, A, delta, u, w_new, sel, every, changed, i0, Gs, Hs, HXs, scratch)
+            refit_round_steps(tb, r, Gs, Hs, mean_w, d)
             step[rl0:rl1] = 0.0
             current = tree_objective(
                 tb, t0, A, delta, sel, every, u, step, w_new, i0, point_buf, dl, mrow, True)
@@ -180,21 +181,21 @@ def refit_one(  # noqa: C901 -- one loop nest over rounds and steps, with the ba
                         u[gl] += step[gl]
                     current, accepted, scale, fresh = trial, accepted + 1, 1.0, True
                     if it + 1 < tb.n_iter[t0]:
-                        _round_sums(tb, r, accepted, A, delta, u, w_new, sel, every, changed, i0,
+                        refit_round_sums(tb, r, accepted, A, delta, u, w_new, sel, every, changed, i0,
                                     Gs, Hs, HXs, scratch)
-                        _round_steps(tb, r, Gs, Hs, mean_w, d)
+                        refit_round_steps(tb, r, Gs, Hs, mean_w, d)
                 else:
                     scale *= 0.5
         elif tb.joint[t0]:  # one step for the round's trees together
-            _round_sums(tb, r, 0, A, delta, u, w_new, sel, every, changed, i0, Gs, Hs, HXs, scratch)
+            refit_round_sums(tb, r, 0, A, delta, u, w_new, sel, every, changed, i0, Gs, Hs, HXs, scratch)
             local = tb.leaf_off[t0:t1] - rl0
             round_steps(tb, r, l2_term(tb, t0, mean_w), Gs, HXs, local, d, False)
             for gl in range(rl0, rl1):
                 u[gl] += d[gl - rl0]
         else:
             for s in range(tb.n_steps[t0]):
-                _round_sums(tb, r, s, A, delta, u, w_new, sel, every, changed, i0, Gs, Hs, HXs, scratch)
-                _round_steps(tb, r, Gs, Hs, mean_w, d)
+                refit_round_sums(tb, r, s, A, delta, u, w_new, sel, every, changed, i0, Gs, Hs, HXs, scratch)
+                refit_round_steps(tb, r, Gs, Hs, mean_w, d)
                 for t in range(t0, t1):
                     for gl in range(tb.leaf_off[t], tb.leaf_off[t + 1]):
                         u[gl] += tb.scales[t, s] * d[gl - rl0]

@@ -11,28 +11,39 @@ rules), so the leaf-index matrix (trees x rows) never leaves the workers. Where 
 description depends on the whole training set (LightGBM's boost_from_average init score), the
 whole-set statistic is reduced first and handed to it. Then:
 
-- **Replay and self-check.** Margins move by the *stored* leaf values, so every partition sums
-  ``w g`` and ``w h`` per leaf of every tree in one pass (the engine's ``_replay_sums``); the
-  per-partition tables (one value per leaf) are summed, and the leaf values are recomputed from the
-  sums on the client with the engine's own step rule (``_replay_steps``) and compared with the
-  stored ones (:meth:`DistributedEngine.check_reproduction`).
+- **Replay and self-check.** Margins move by the *stored* leaf values, so every partition's engine
+  (:class:`~influence_gbdt._partition.Partition`) sums ``w g`` and ``w h`` per leaf of every tree in
+  one pass (its replay); the per-partition tables (one value per leaf) are summed, the leaf values
+  are recomputed from the sums on the client with the engine's own step rule (``_replay_steps``) and
+  compared with the stored ones (:meth:`DistributedEngine.check_reproduction`). Every partition then
+  adopts the whole set's sums, leaf values and step derivatives.
 - **Exact reverse sweep** (LeafInfluence, ``all_points``): the engine's reverse mode
   (:mod:`influence_gbdt._reverse`) split at its reductions. Per round, last to first: each
   partition's margin adjoints are summed per leaf (``gather_adjoints``, a table of B x leaves), the
   tables are added up, the leaf-level step (``leaf_adjoints``) turns them into the sums' adjoints,
   which go back to every partition for its rows (``row_adjoints``). A batch of ``B`` test objectives
   shares one sweep: one small reduction per tree, whatever ``B``.
+- **single_point** (LeafRefit and LeafInfluence): only the deleted row's own margin change is
+  propagated, so a row's result needs the whole set's leaf sums and its own row: each partition's
+  engine scores its rows, no reduction at all.
+- **LeafRefit, all_points and top_k_leaves**: the engine's ``refit_one`` split at its reductions,
+  forward over the rounds, for a batch of deleted rows: each partition keeps its rows' margin
+  changes under each deletion, sums them per leaf of the round's chosen leaves (top_k_leaves first
+  ranks the leaves by the summed |margin change|), and the client's head turns the summed tables
+  into the round's new leaf values, which go back to the partitions.
 
-Results are lazy Dask arrays with the training set's partitioning, ``(n, m)`` or ``(n,)`` when
-aggregated; nothing n-sized is ever gathered on the client (the test set is: its leaf ids,
-trees x test points).
+Every row scored: lazy Dask arrays with the training set's partitioning, ``(n, m)`` or ``(n,)``
+when aggregated; nothing n-sized is ever gathered on the client (the test set is: its leaf ids,
+trees x test points). Rows chosen (``training_points``): an ndarray with a row per chosen row.
 
 Scope, refused by name otherwise: XGBoost and LightGBM models (binary log loss, squared error),
 one Newton or gradient step per leaf (the libraries' defaults), no class factors that depend on
-the data (LightGBM ``class_weight='balanced'``, ``is_unbalance``), ``method="leaf_influence"``
-with ``update_set="all_points"`` and all training rows. Sums over partitions are added in another
-order than the single-machine engine's, so results agree with it to rounding (~1e-15 relative),
-not bit for bit. Sign convention as everywhere: score > 0 = the training row is harmful.
+the data (LightGBM ``class_weight='balanced'``, ``is_unbalance``); LeafInfluence with
+``top_k_leaves`` (forward mode with a data-wide update set; LeafRefit runs it); LeafRefit with
+``all_points`` or ``top_k_leaves`` needs the rows to delete (each costs a pass over the whole set per
+tree). Sums over partitions are added in another order than the single-machine engine's, so results
+agree with it to rounding (~1e-15 relative), not bit for bit. Sign convention as everywhere:
+score > 0 = the training row is harmful.
 """
 
 from __future__ import annotations
@@ -40,24 +51,45 @@ from __future__ import annotations
 import operator
 import sys
 import uuid
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from . import _jit as numba
 from ._base import BaseMargin
-from ._kernels import _replay_steps, _replay_sums, add_round, round_sizes
-from ._reverse import gather_adjoints, leaf_adjoints, row_adjoints
-from ._tables import Tables, build_tables
-from .engine import _REVERSE_BATCH_BYTES, InfluenceEngine, TestPoints, _check_aggregate
-from .ensemble import TreeEnsemble
-from .errors import InputError, ReproductionError, UnsupportedModelError
+from ._kernels import _replay_steps, round_sizes
+from ._partition import (
+    LIBRARIES,
+    Partition,
+    adopt,
+    check_library,
+    label_mean_sums,
+    local_scores,
+    refit_advance,
+    refit_start,
+    refit_sums,
+    row_facts,
+    sweep_margin_adjoints,
+    sweep_round,
+    sweep_scores,
+    sweep_start,
+)
+from ._refit import refit_round_steps
+from ._reverse import leaf_adjoints
+from ._tables import Tables
+from .engine import (
+    _REVERSE_BATCH_BYTES,
+    InfluenceEngine,
+    TestPoints,
+    UpdateSet,
+    _check_aggregate,
+    resolve_rows,
+)
+from .errors import InputError, ReproductionError
 
-#: Libraries whose adapters the distributed engine runs.
-LIBRARIES = ("xgboost", "lightgbm")
+__all__ = ["LIBRARIES", "DistributedEngine", "fit_explainer", "is_dask_collection", "score_explainer"]
 
 
 def is_dask_collection(obj: Any) -> bool:
@@ -70,19 +102,7 @@ def is_dask_collection(obj: Any) -> bool:
 
 
 # ----------------------------------------------------------------------------------------------
-# Kernels: the engine's per-row primitives, run on one partition or on the per-leaf sums.
-
-
-@numba.njit(cache=True, nogil=True)
-def _partition_sums(tb: Tables, A: NDArray[np.float64]) -> None:
-    """Per-leaf sums ``tb.G``, ``tb.H`` of every (one-step) tree over this partition's rows, each
-    round at the margins the stored earlier rounds give. ``A`` (n_p, K): initial margins on entry,
-    final ones on return."""
-    u = np.zeros(tb.leaf_off[-1])
-    scratch = np.empty((7, max(A.shape[1], tb.zsize)))
-    for r in range(tb.round_ptr.shape[0] - 1):
-        _replay_sums(tb, r, 0, A, u, scratch)
-        add_round(tb, r, A, tb.stored, 1.0)
+# Leaf values from the whole set's sums (on the client's head engine).
 
 
 @numba.njit(cache=True, nogil=True)
@@ -101,127 +121,7 @@ def _leaf_values_from_sums(tb: Tables, mean_w: float) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# Work on one partition (runs on a worker).
-
-
-def check_library(library: str) -> None:
-    """Refuse a library whose models the distributed engine does not run."""
-    if library not in LIBRARIES:
-        raise UnsupportedModelError(
-            f"Influence on Dask supports {' and '.join(LIBRARIES)} models, not {library}: gather the "
-            "training set on one machine and use the in-memory path."
-        )
-
-
-def _check_scope(e: TreeEnsemble, library: str) -> None:
-    """Refuse, by name, what the distributed engine does not model."""
-    check_library(library)
-    refusals = [
-        (e.n_outputs != 1, "multiclass / multi-output models"),
-        (bool(np.any(e.n_steps != 1)), "several leaf-estimation steps per tree"),
-        (bool(e.backtracking.any()), "backtracking leaf estimation"),
-        (bool(e.renewed.any()), "renewed (L1 / quantile) leaves"),
-        (e.base_rule == "quantile", "a quantile base score"),
-        (any(x is not None for x in (e.dataset_factor_without, e.objective_factor_without,
-                                     e.dataset_factor_derivative, e.objective_factor_derivative)),
-         "class weights computed from the data (class_weight='balanced', is_unbalance)"),
-    ]
-    for refused, what in refusals:
-        if refused:
-            raise UnsupportedModelError(
-                f"Influence on Dask does not support {what} ({library} model): use the in-memory path "
-                "(pass numpy or pandas data) or retrain without it."
-            )
-
-
-class _Partition:
-    """One partition on its worker: the adapter's description of its rows, the kernel tables,
-    the final training margins (n_p, K) and the partition's per-leaf sums."""
-
-    def __init__(self, adapter: Any, X: Any, y: Any, weight: Any, init_score: Any,
-                 label_mean: float | None) -> None:
-        extra = {} if label_mean is None else {"label_mean": label_mean}
-        e = adapter.describe(X, y, weight, init_score, **extra)
-        _check_scope(e, adapter.library)
-        # rows_by_leaf serves LeafRefit, forward mode and renewed leaves only: not built.
-        tb = build_tables(e, group_sums=False, sort_rows=False)
-        A = np.ascontiguousarray(e.init_offset + e.base_margin[None, :])
-        _partition_sums(tb, A)
-        self.ensemble, self.tables, self.margin = e, tb, A
-        self.n_rows = e.n_rows
-
-    def summary(self, header: bool) -> dict[str, Any]:
-        """The small per-partition results the client reduces (one value per leaf, per output)."""
-        e, tb = self.ensemble, self.tables
-        base = BaseMargin(e)
-        sums = base.sums if base.refits else (np.zeros((1, e.n_outputs)), np.zeros((1, e.n_outputs)))
-        out = {"G": tb.G.copy(), "H": tb.H.copy(), "sum_w": float(tb.w.sum()), "n": e.n_rows,
-               "P": sums[0].sum(0), "Q": sums[1].sum(0)}
-        if header:
-            if e.n_rows < 2:
-                raise InputError("The first partition of the training set needs at least two rows.")
-            two = slice(0, 2)
-            out["header"] = replace(
-                e, leaf_index=e.leaf_index[:, two], y=e.y[two], user_weight=e.user_weight[two],
-                weight_group=e.weight_group[two], init_offset=e.init_offset[two])
-        return out
-
-
-def _label_mean(adapter: Any, X: Any, y: Any, weight: Any, init_score: Any) -> NDArray[np.float64]:
-    """(sum d y, sum d) of a partition: the pieces of the whole set's weighted label mean."""
-    base = BaseMargin(adapter.describe(X, y, weight, init_score))
-    if not base.refits:
-        return np.zeros(2)
-    P, Q = base.sums
-    return np.array([P.sum(), Q.sum()])
-
-
-def _start(part: _Partition, B: int) -> list[NDArray[np.float64]]:
-    """A sweep's state on a partition: margins (copy), margin adjoints (B, n_p, K), weight adjoints
-    (B, n_p)."""
-    n, K = part.margin.shape
-    return [part.margin.copy(), np.zeros((B, n, K)), np.zeros((B, n))]
-
-
-def _round(state: list[NDArray[np.float64]], part: _Partition, r: int,
-           adjoints: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]
-           ) -> tuple[list[NDArray[np.float64]], NDArray[np.float64]]:
-    """Round ``r`` of the sweep on a partition's rows (in place: each state feeds one task), and
-    the partition's per-leaf adjoint sums for round ``r - 1``, (B, leaves of that round)."""
-    A, a_bar, w_bar = state
-    g_bar, d_bar, _ = adjoints
-    tb = part.tables
-    add_round(tb, r, A, tb.stored, -1.0)
-    row_adjoints(tb, r, 0, A, g_bar, d_bar, a_bar, w_bar)
-    return state, _gathered(tb, r - 1, a_bar)
-
-
-def _gathered(tb: Tables, r: int, a_bar: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Per-leaf sums of the margin adjoints for round ``r``, (B, leaves of the round); empty
-    before round 0."""
-    if r < 0:
-        return np.zeros((a_bar.shape[0], 0))
-    t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
-    out = np.zeros((a_bar.shape[0], int(tb.leaf_off[t1] - tb.leaf_off[t0])))
-    gather_adjoints(tb, r, a_bar, out)
-    return out
-
-
-def _scores(state: list[NDArray[np.float64]], part: _Partition, a0_bar: NDArray[np.float64],
-            big_w_bar: NDArray[np.float64], coef_sum: NDArray[np.float64],
-            base_sums: tuple[NDArray[np.float64], NDArray[np.float64]] | None) -> NDArray[np.float64]:
-    """Scores of the partition's rows, (n_p, B): per unit of user weight, > 0 = harmful (as
-    :meth:`InfluenceEngine._reverse_scores`, without data-dependent class factors)."""
-    _, _, w_bar = state
-    e = part.ensemble
-    d_base = (np.zeros((e.n_rows, e.n_outputs)) if base_sums is None
-              else BaseMargin(e, base_sums).derivative())
-    total = e.weight_factor[None, :] * (w_bar + big_w_bar[:, None]) + (a0_bar + coef_sum) @ d_base.T
-    return np.ascontiguousarray(total.T)
-
-
-# ----------------------------------------------------------------------------------------------
-# Work on the per-leaf tables (small; any worker).
+# Leaf-level halves of the rounds (small: one value per leaf; any worker, on the head engine).
 
 
 def _leaf_step(head: InfluenceEngine, r: int, n: int, c_leaf: NDArray[np.float64],
@@ -239,12 +139,61 @@ def _leaf_step(head: InfluenceEngine, r: int, n: int, c_leaf: NDArray[np.float64
     return g_bar, d_bar, big
 
 
+def _select(head: InfluenceEngine, r: int, k: int, B: int, *masses: NDArray[np.float64]
+            ) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
+    """The update set of round ``r`` for B deletions: top_k_leaves (``k`` > 0) keeps, per tree, the
+    ``k`` leaves whose rows' margins changed most (the partitions' ``masses`` (B, leaves) added up;
+    ties: lower leaf first), all_points (``k`` = 0) every leaf. Returns (chosen (B, leaves of the
+    round), every (B,): all leaves of the round chosen), as ``select_leaves`` decides them."""
+    tb = head._tables
+    t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
+    rl0 = tb.leaf_off[t0]
+    chosen = np.ones((B, int(tb.leaf_off[t1] - rl0)), dtype=bool)
+    if k == 0:
+        return chosen, np.ones(B, dtype=bool)
+    mass = _add(*masses)
+    every = True
+    for t in range(t0, t1):
+        a, b = tb.leaf_off[t] - rl0, tb.leaf_off[t + 1] - rl0
+        if k >= b - a:
+            continue
+        every = False
+        order = np.argsort(-mass[:, a:b], axis=1, kind="mergesort")[:, :k]
+        chosen[:, a:b] = False
+        np.put_along_axis(chosen[:, a:b], order, True, axis=1)
+    return chosen, np.full(B, every)
+
+
+def _refit_step(head: InfluenceEngine, r: int, mean_w: NDArray[np.float64],
+                selection: tuple[NDArray[np.bool_], NDArray[np.bool_]], *parts: NDArray[np.float64]
+                ) -> NDArray[np.float64]:
+    """Round ``r``'s leaf values with each of B rows deleted, (B, leaves of the round): the
+    partitions' sums (B, 2, leaves) plus the whole set's cached sums of the leaves the update set
+    leaves alone, through the step (mean weights without each row: ``mean_w`` (B,))."""
+    tb = head._tables
+    t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
+    rl0, rl1 = tb.leaf_off[t0], tb.leaf_off[t1]
+    chosen, every = selection
+    leaf_tree = np.repeat(np.arange(t0, t1), np.diff(tb.leaf_off[t0 : t1 + 1]))
+    slots = tb.sl_off[tb.step_ptr[leaf_tree]] + np.arange(rl0, rl1) - tb.leaf_off[leaf_tree]
+    clean = ~(chosen | every[:, None])
+    total = _add(*parts)
+    G = np.where(clean, tb.G[slots][None, :], 0.0) + total[:, 0]
+    H = np.where(clean, tb.H[slots][None, :], 0.0) + total[:, 1]
+    d = np.empty(rl1 - rl0)
+    out = np.empty_like(G)
+    for b in range(G.shape[0]):
+        refit_round_steps(tb, r, G[b], H[b], float(mean_w[b]), d)
+        out[b] = tb.lr[leaf_tree] * (tb.scales[leaf_tree, 0] * d)  # as refit_one: lr * (0 + scale * d)
+    return out
+
+
 def _add(*parts: NDArray[np.float64]) -> NDArray[np.float64]:
     return np.asarray(sum(parts[1:], parts[0]))
 
 
-def _a0(state: list[NDArray[np.float64]]) -> NDArray[np.float64]:
-    return np.asarray(state[1].sum(axis=1))
+def _stack(*rounds: NDArray[np.float64]) -> NDArray[np.float64]:
+    return np.concatenate(rounds, axis=1)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -278,10 +227,12 @@ class DistributedEngine:
     Attributes
     ----------
     head : InfluenceEngine
-        The engine on two training rows with the whole set's leaf values, step derivatives and base
-        margin: it describes the test side (leaves, margins, objective coefficients).
+        The engine on two training rows with the whole set's leaf sums, values, step derivatives
+        and base margin: it describes the test side (leaves, margins, objective coefficients) and
+        runs the leaf-level halves of the rounds.
     partitions : list of dask Delayed
-        The persisted partitions (on the workers under a distributed Client).
+        The persisted partitions (:class:`influence_gbdt._partition.Partition`; on the workers
+        under a distributed Client), each holding the whole set's sums.
     chunks : tuple of int
         Rows per partition; ``n_rows`` their sum.
     leaf_values, tree_residual, residual, relative_residual :
@@ -306,26 +257,32 @@ class DistributedEngine:
         label_mean = None
         if adapter.library == "lightgbm" and init_score is None:  # boost_from_average's whole-set mean
             pieces = dask.compute(
-                *[delayed(_label_mean)(ad, *a) for a in zip(xs, ys, ws, ss, strict=True)])
+                *[delayed(label_mean_sums)(ad, *a) for a in zip(xs, ys, ws, ss, strict=True)])
             total = np.sum(pieces, axis=0)
             label_mean = float(total[0] / total[1]) if total[1] > 0 else None
-        parts = [delayed(_Partition)(ad, *a, label_mean) for a in zip(xs, ys, ws, ss, strict=True)]
-        self.partitions: list[Any] = list(dask.persist(*parts))
+        parts = [delayed(Partition)(ad, *a, label_mean) for a in zip(xs, ys, ws, ss, strict=True)]
+        described = dask.persist(*parts)
         summaries = dask.compute(
-            *[delayed(_Partition.summary)(p, i == 0) for i, p in enumerate(self.partitions)])
+            *[delayed(Partition.summary)(p, i == 0) for i, p in enumerate(described)])
         self.chunks = tuple(int(s["n"]) for s in summaries)
         self.n_rows = sum(self.chunks)
-        self.head = head = InfluenceEngine(summaries[0]["header"])
+        self.head = head = InfluenceEngine(summaries[0]["header"], n_threads=1, cache_bytes=0)
         tb = head._tables
         tb.G[:] = _add(*[s["G"] for s in summaries])
         tb.H[:] = _add(*[s["H"] for s in summaries])
-        _leaf_values_from_sums(tb, sum(s["sum_w"] for s in summaries) / self.n_rows)
+        self.weight_sum = float(sum(s["sum_w"] for s in summaries))
+        _leaf_values_from_sums(tb, self.weight_sum / self.n_rows)
         head._set_leaf_values(tb.values.copy())
         self.base_sums = None
         if head._base.refits:
-            P, Q = _add(*[s["P"] for s in summaries]), _add(*[s["Q"] for s in summaries])
-            self.base_sums = (P[None, :], Q[None, :])
+            self.base_sums = (_add(*[s["P"] for s in summaries]), _add(*[s["Q"] for s in summaries]))
+            head._base = BaseMargin(head.ensemble, self.base_sums)
         self.ensemble = head.ensemble
+        hd = delayed(head, traverse=False)
+        self.partitions: list[Any] = list(dask.persist(*[
+            delayed(adopt)(p, hd, (self.weight_sum - s["sum_w"], self.n_rows - int(s["n"])), self.base_sums)
+            for p, s in zip(described, summaries, strict=True)]))
+        self.starts = np.r_[0, np.cumsum(self.chunks)].astype(np.int64)
 
     @property
     def leaf_values(self) -> NDArray[np.float64]:
@@ -348,16 +305,24 @@ class DistributedEngine:
             raise ReproductionError(
                 f"{exc} (Dask: {len(self.chunks)} partitions, {self.n_rows} rows.)") from None
 
+    # ------------------------------------------------------------------------------------------
+    # Scores.
+
     def leaf_influence(
-        self, test: TestPoints, on: str = "loss", aggregate: str | None = None, refit_base: bool = True,
+        self, test: TestPoints, rows: ArrayLike | None = None, update_set: UpdateSet = "all_points",
+        k: int | None = None, on: str = "loss", aggregate: str | None = None, refit_base: bool = True,
         output: int | None = None, batch_size: int = 64,
     ) -> Any:
-        """Exact ``all_points`` LeafInfluence of every training row by the distributed reverse sweep.
+        """LeafInfluence of training rows: ``all_points`` exactly by the distributed reverse sweep,
+        ``single_point`` by forward mode on each row's own partition.
 
         Parameters
         ----------
         test : TestPoints
             Test points by their leaves (in memory: trees x test points).
+        rows : array-like of int or bool mask of shape (n,), optional
+            Training rows to score (positions in the training set, in this order); default all.
+        update_set, k : as :meth:`InfluenceEngine.leaf_influence`.
         on, aggregate, refit_base, output : as :meth:`InfluenceEngine.influence_reverse`.
         batch_size : int
             Most test points swept together (fewer where a partition's adjoints would exceed the
@@ -365,9 +330,113 @@ class DistributedEngine:
 
         Returns
         -------
-        dask.array.Array of shape (n, m), or (n,) when aggregated, chunked by the training set's
-        partitions. > 0 = harmful.
+        Every row (``rows`` None): a dask.array.Array of shape (n, m), or (n,) when aggregated,
+        chunked by the training set's partitions. Selected rows: an ndarray (len(rows), m) or
+        (len(rows),). > 0 = harmful.
         """
+        self._check_update_set(update_set, k)
+        if update_set == "single_point":
+            return self._local("leaf_influence", test, rows, on, aggregate, refit_base, output)
+        if update_set != "all_points":
+            raise InputError(
+                "On Dask, LeafInfluence runs with update_set='all_points' (exact, one reverse sweep for "
+                "every row) or 'single_point' (row-local); 'top_k_leaves' runs with method='leaf_refit' "
+                "or on the in-memory path.")
+        scores = self._influence_every_row(test, on, aggregate, refit_base, output, batch_size)
+        if rows is None:
+            return scores
+        return np.asarray(scores[resolve_rows(rows, self.n_rows)].compute())
+
+    def leaf_refit(
+        self, test: TestPoints, rows: ArrayLike | None = None, update_set: UpdateSet = "all_points",
+        k: int | None = None, on: str = "loss", aggregate: str | None = None, refit_base: bool = True,
+        output: int | None = None, batch_size: int = 64,
+    ) -> Any:
+        """LeafRefit scores of training rows (structure fixed, each row deleted in turn).
+
+        ``single_point`` runs on each row's own partition, for any rows (all by default).
+        ``all_points`` and ``top_k_leaves`` propagate every changed margin, so each deleted row costs
+        a pass over the whole training set per tree: they need ``rows``, and run ``batch_size`` rows
+        (fewer where a partition's margin changes would exceed the engine's batch memory) per graph
+        of a few small reductions per tree (the leaf sums, and top_k_leaves' leaf ranking).
+
+        Parameters and return as :meth:`leaf_influence`.
+        """
+        mode_k = self._check_update_set(update_set, k)
+        if update_set == "single_point":
+            return self._local("leaf_refit", test, rows, on, aggregate, refit_base, output)
+        if rows is None:
+            raise InputError(
+                f"LeafRefit with update_set={update_set!r} deletes one row at a time at the cost of a "
+                f"pass over all {self.n_rows} training rows per tree: pass training_points (the rows to "
+                "score), or use update_set='single_point' (row-local, every row) or "
+                "method='leaf_influence' with update_set='all_points' (one sweep for every row).")
+        _check_aggregate(aggregate)  # type: ignore[arg-type]
+        head = self.head
+        leaves, offset, y = head._test_arrays(test, need_y=on == "loss")
+        column = head._output(on, output)
+        f_test = head._margins(leaves, offset)
+        idx = resolve_rows(rows, self.n_rows)
+        fits = int(_REVERSE_BATCH_BYTES / (8.0 * max(self.chunks) * self.ensemble.n_outputs))
+        size = max(1, min(int(batch_size), fits))
+        out = []
+        for s in range(0, idx.size, size):
+            values, shift = self._refit_values(idx[s : s + size], mode_k, refit_base)
+            scores = head.refit_scores(values, shift, leaves, f_test, y, column)
+            out.append(scores if aggregate is None else getattr(scores, aggregate)(axis=1))
+        if not out:
+            return np.empty((0,) if aggregate else (0, leaves.shape[1]))
+        return np.concatenate(out, axis=0)
+
+    def _check_update_set(self, update_set: str, k: int | None) -> int:
+        """The update set's ``k`` for the leaf selection (0: all_points), checked."""
+        if update_set not in ("all_points", "single_point", "top_k_leaves"):
+            raise InputError(
+                f"update_set must be 'all_points', 'single_point' or 'top_k_leaves', got {update_set!r}.")
+        if update_set != "top_k_leaves":
+            return 0
+        if k is None or int(k) < 1:
+            raise InputError("update_set='top_k_leaves' needs k >= 1 (leaves updated per tree).")
+        return int(k)
+
+    def _by_partition(self, idx: NDArray[np.int64]) -> list[tuple[int, NDArray[np.int64], NDArray[np.int64]]]:
+        """(partition, its local rows, their positions in ``idx``) for every partition holding some
+        of the training rows ``idx``."""
+        owner = np.searchsorted(self.starts, idx, side="right") - 1
+        return [(int(p), idx[owner == p] - self.starts[p], np.flatnonzero(owner == p))
+                for p in np.unique(owner)]
+
+    def _local(self, method: str, test: TestPoints, rows: ArrayLike | None, on: str,
+               aggregate: str | None, refit_base: bool, output: int | None) -> Any:
+        """single_point scores, each partition scoring its own rows (see :meth:`leaf_influence`)."""
+        import dask
+        import dask.array as da
+        from dask import delayed
+
+        _check_aggregate(aggregate)  # type: ignore[arg-type]
+        m = self.head._test_arrays(test, need_y=on == "loss")[0].shape[1]  # checks the test set
+        self.head._output(on, output)
+        kwargs = {"refit_base": refit_base, "on": on, "aggregate": aggregate, "output": output}
+        tv = delayed(test, traverse=False)
+        width: tuple[int, ...] = () if aggregate else (m,)
+        if rows is None:
+            return da.concatenate([
+                da.from_delayed(delayed(local_scores)(part, method, tv, None, kwargs),
+                                shape=(n, *width), dtype=np.float64)
+                for part, n in zip(self.partitions, self.chunks, strict=True)])
+        idx = resolve_rows(rows, self.n_rows)
+        located = self._by_partition(idx)
+        blocks = dask.compute(*[delayed(local_scores)(self.partitions[p], method, tv, local, kwargs)
+                                for p, local, _ in located])
+        out = np.empty((idx.size, *width))
+        for block, (_, _, where) in zip(blocks, located, strict=True):
+            out[where] = block
+        return out
+
+    def _influence_every_row(self, test: TestPoints, on: str, aggregate: str | None, refit_base: bool,
+                             output: int | None, batch_size: int) -> Any:
+        """Exact all_points LeafInfluence of every row by the distributed reverse sweep, a Dask
+        array (n, m) or (n,)."""
         import dask.array as da
 
         _check_aggregate(aggregate)  # type: ignore[arg-type]
@@ -394,18 +463,23 @@ class DistributedEngine:
             return da.zeros((self.n_rows, 0), chunks=(self.chunks, 0))
         return da.block([list(row) for row in zip(*columns, strict=True)])
 
-    def _sweep(self, c_leaf: NDArray[np.float64], coef_sum: NDArray[np.float64],
-               refit_base: bool) -> list[Any]:
-        """The graph of one reverse sweep for ``B`` objectives (leaf coefficients (B, n_total), test
-        margin coefficients summed (B, K)): one delayed (n_p, B) score block per partition.
+    def _graph(self, name: str, dsk: dict[Any, Any], keys: list[str]) -> list[Any]:
+        """Delayed objects for ``keys`` of the task dict ``dsk`` (which reads the partitions).
 
-        The graph is written as one dict of tasks (rounds x partitions of them) and wrapped once:
+        A graph is written as one dict of tasks (rounds x partitions of them) and wrapped once:
         built call by call with ``dask.delayed``, every call merges the layers of all earlier ones
         (quadratic: 16 s for 30 rounds over 80 partitions, 5.6 minutes when a list argument made
         dask cull the whole history at each call)."""
         from dask.delayed import Delayed
         from dask.highlevelgraph import HighLevelGraph
 
+        graph = HighLevelGraph.from_collections(name, dsk, dependencies=self.partitions)
+        return [Delayed(key, graph, layer=name) for key in keys]
+
+    def _sweep(self, c_leaf: NDArray[np.float64], coef_sum: NDArray[np.float64],
+               refit_base: bool) -> list[Any]:
+        """The graph of one reverse sweep for ``B`` objectives (leaf coefficients (B, n_total), test
+        margin coefficients summed (B, K)): one delayed (n_p, B) score block per partition."""
         name = f"influence-sweep-{uuid.uuid4().hex}"
         parts = [p.key for p in self.partitions]
         B = c_leaf.shape[0]
@@ -413,7 +487,7 @@ class DistributedEngine:
         states = []
         for i, p in enumerate(parts):
             states.append(f"{name}-start-{i}")
-            dsk[states[-1]] = (_start, p, B)
+            dsk[states[-1]] = (sweep_start, p, B)
         gathered: list[str] = []
         big: Any = np.zeros(B)
         for r in range(int(self.head._tables.round_ptr.shape[0]) - 2, -1, -1):
@@ -424,18 +498,69 @@ class DistributedEngine:
             gathered = []
             for i, p in enumerate(parts):
                 step = f"{name}-round-{r}-{i}"
-                dsk[step] = (_round, states[i], p, r, adjoints)
+                dsk[step] = (sweep_round, states[i], p, r, adjoints)
                 states[i] = f"{step}-state"
                 dsk[states[i]] = (operator.getitem, step, 0)
                 gathered.append(f"{step}-gathered")
                 dsk[gathered[-1]] = (operator.getitem, step, 1)
-        dsk[f"{name}-a0"] = (_add, *[(_a0, s) for s in states])
-        base = self.base_sums if refit_base else None
+        dsk[f"{name}-a0"] = (_add, *[(sweep_margin_adjoints, s) for s in states])
         out = [f"{name}-scores-{i}" for i in range(len(parts))]
         for key, s, p in zip(out, states, parts, strict=True):
-            dsk[key] = (_scores, s, p, f"{name}-a0", big, coef_sum, base)
-        graph = HighLevelGraph.from_collections(name, dsk, dependencies=self.partitions)
-        return [Delayed(key, graph, layer=name) for key in out]
+            dsk[key] = (sweep_scores, s, p, f"{name}-a0", big, coef_sum, refit_base)
+        return self._graph(name, dsk, out)
+
+    def _refit_values(self, idx: NDArray[np.int64], k: int, refit_base: bool
+                      ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Leaf values (B, n_total) and base-margin shifts (B, K) with each of rows ``idx`` deleted,
+        all_points (``k`` = 0) or top_k_leaves: the engine's ``refit_one`` split at its reductions,
+        as one graph. Per round: each partition moves its rows' margin changes past the previous
+        round (and ranks this round's leaves for top_k_leaves: ``_select`` adds the ranks up), sums
+        its rows in the chosen leaves, and ``_refit_step`` turns the summed tables into the
+        round's leaf values."""
+        import dask
+        from dask import delayed
+
+        B = idx.size
+        shift, w = np.zeros((B, self.ensemble.n_outputs)), np.zeros(B)
+        located = self._by_partition(idx)
+        facts = dask.compute(*[delayed(row_facts)(self.partitions[p], local, refit_base)
+                               for p, local, _ in located])
+        local_rows = np.full((len(self.partitions), B), -1, dtype=np.int64)
+        for (p, local, where), (s, wi) in zip(located, facts, strict=True):
+            shift[where], w[where] = s, wi
+            local_rows[p, where] = local
+        mean_w = (self.weight_sum - w) / (self.n_rows - 1)
+
+        name = f"influence-refit-{uuid.uuid4().hex}"
+        parts = [p.key for p in self.partitions]
+        dsk: dict[Any, Any] = {f"{name}-head": self.head}
+        states = []
+        for i, p in enumerate(parts):
+            states.append(f"{name}-start-{i}")
+            dsk[states[-1]] = (refit_start, p, local_rows[i], shift)
+        values: Any = None
+        rounds = []
+        for r in range(int(self.head._tables.round_ptr.shape[0]) - 1):
+            masses = []
+            for i, p in enumerate(parts):
+                step = f"{name}-advance-{r}-{i}"
+                dsk[step] = (refit_advance, states[i], p, r, values, k > 0)
+                states[i] = f"{step}-state"
+                dsk[states[i]] = (operator.getitem, step, 0)
+                masses.append(f"{step}-mass")
+                dsk[masses[-1]] = (operator.getitem, step, 1)
+            selection = f"{name}-select-{r}"
+            dsk[selection] = (_select, f"{name}-head", r, k, B, *(masses if k > 0 else []))
+            sums = []
+            for i, p in enumerate(parts):
+                sums.append(f"{name}-sums-{r}-{i}")
+                dsk[sums[-1]] = (refit_sums, states[i], p, r, selection)
+            values = f"{name}-values-{r}"
+            dsk[values] = (_refit_step, f"{name}-head", r, mean_w, selection, *sums)
+            rounds.append(values)
+        dsk[f"{name}-all"] = (_stack, *rounds)
+        (result,) = dask.compute(self._graph(name, dsk, [f"{name}-all"])[0])
+        return np.asarray(result), shift
 
 
 def gather_test(X: Any) -> Any:
@@ -475,22 +600,13 @@ def fit_explainer(explainer: Any, X: Any, y: Any, sample_weight: Any = None, ini
 
 
 def score_explainer(explainer: Any, X: Any, y: Any, aggregate: str | None, training_points: Any,
-                    on: str, init_score: Any) -> Any:
-    """:meth:`BoostingInfluence.score_training_points` after a Dask ``fit``: a Dask array of shape
-    (n_train, n_test), or (n_train,) when aggregated. The test set may be in memory or a Dask
-    collection (gathered: it is scored by its leaves)."""
+                    on: str, output: int | None, init_score: Any) -> Any:
+    """:meth:`BoostingInfluence.score_training_points` after a Dask ``fit``: every training row, a
+    Dask array of shape (n_train, n_test), or (n_train,) when aggregated; ``training_points``
+    given, an ndarray (len(training_points), n_test) or (len(training_points),). The test set may
+    be in memory or a Dask collection (gathered: it is scored by its leaves)."""
     engine: DistributedEngine = explainer.engine_
-    if explainer.method != "leaf_influence" or explainer.update_set != "all_points":
-        raise InputError(
-            f"On Dask, only method='leaf_influence' with update_set='all_points' (exact, reverse mode) "
-            f"runs; got method={explainer.method!r}, update_set={explainer.update_set!r}. Use those, or "
-            "the in-memory path for the others."
-        )
-    if training_points is not None:
-        raise InputError(
-            "On Dask every training row is scored: leave training_points=None and select rows of the "
-            "returned Dask array."
-        )
     test = explainer._test_points(gather_test(X), gather_test(y), on, gather_test(init_score))
-    return engine.leaf_influence(test, on=on, aggregate=aggregate,
-                                 refit_base=explainer.base_score == "refit")
+    scorer = engine.leaf_influence if explainer.method == "leaf_influence" else engine.leaf_refit
+    return scorer(test, rows=training_points, update_set=explainer.update_set, k=explainer.k, on=on,
+                  aggregate=aggregate, refit_base=explainer.base_score == "refit", output=output)

@@ -114,8 +114,8 @@ class InfluenceEngine:
     def __init__(self, ensemble: TreeEnsemble, n_threads: int | None = None,
                  cache_bytes: float = DEFAULT_CACHE_BYTES) -> None:
         self.ensemble = e = ensemble
-        if e.n_rows < 2:
-            raise InputError("The ensemble needs at least two training rows.")
+        if e.n_rows < 1:
+            raise InputError("The ensemble needs training rows.")
         self.n_threads = max(1, int(n_threads or numba.get_num_threads()))
         self.cache_bytes = cache_bytes
         self._dfac = self._combined_factor_derivative()
@@ -154,6 +154,29 @@ class InfluenceEngine:
         self.residual = float(diff.max())
         scale = float(np.abs(e.leaf_values).max())
         self.relative_residual = self.residual / scale if scale > 0 else self.residual
+
+    def adopt_whole_set(self, whole: InfluenceEngine, outside: tuple[float, int],
+                        base_sums: tuple[NDArray[np.float64], NDArray[np.float64]] | None) -> None:
+        """Score this engine's rows as rows of a larger training set (a Dask partition's engine,
+        :mod:`influence_gbdt.distributed`): take the per-leaf sums, step derivatives and leaf values
+        of ``whole`` (an engine of the same ensemble holding the whole set's sums), the weight sum
+        and row count of the rows this engine does not hold, and the whole set's base-margin sums
+        (P, Q), each (G, K) (None where the base margin is fixed).
+
+        Valid where the whole set's leaf sums determine every step: one output, fixed step counts,
+        no renewed leaves and no class factors computed from the data (the distributed scope).
+        Row-local results then equal the whole set's engine's: LeafRefit and LeafInfluence with
+        ``update_set="single_point"`` (the row's own change alone is propagated)."""
+        src = whole._tables
+        self._tables = self._tables._replace(
+            G=src.G.copy(), H=src.H.copy(), SDG=src.SDG.copy(), SDH=src.SDH.copy(), RG=src.RG.copy(),
+            RD=src.RD.copy(), u_before=src.u_before.copy(), values=src.values.copy(),
+            outside=np.array([float(outside[0]), float(outside[1])]))
+        self._set_leaf_values(whole.leaf_values)
+        if self._base.refits:
+            if base_sums is None:
+                raise ValueError("The base margin is re-estimated from the data: pass the whole set's sums.")
+            self._base = BaseMargin(self.ensemble, base_sums)
 
     # ------------------------------------------------------------------------------------------
     # Self-check and predictions.
@@ -273,22 +296,31 @@ class InfluenceEngine:
         leaves, offset, y = self._test_arrays(test, need_y=on == "loss")
         column = self._output(on, output)
         f_test = self._margins(leaves, offset)
-        loss = self.ensemble.loss
-        loss_test = None if y is None else loss.values(y, f_test)
         idx = self.resolve_rows(rows)
         mode, kk = self._mode(update_set, k)
 
         def batch(chunk: NDArray[np.int64]) -> NDArray[np.float64]:
             shift = self._base_shift(chunk, refit_base)
             new_values = self._refit(chunk, mode, kk, shift, threads=1)
-            d_f = K.leaf_sums(self._tables, new_values - self.leaf_values[None, :], shift, leaves)
-            if y is None or loss_test is None:
-                return -d_f[:, :, column]
-            new_f = f_test[None, :, :] + d_f
-            new_loss = loss.values(np.tile(y, (chunk.size, 1)), new_f.reshape(-1, new_f.shape[2]))
-            return loss_test[None, :] - new_loss.reshape(chunk.size, -1)
+            return self.refit_scores(new_values, shift, leaves, f_test, y, column)
 
         return self._chunked(batch, idx, chunk_size, aggregate, progress)
+
+    def refit_scores(
+        self, new_values: NDArray[np.float64], shift: NDArray[np.float64], leaves: NDArray[np.int64],
+        f_test: NDArray[np.float64], y: NDArray[np.float64] | None, column: int,
+    ) -> NDArray[np.float64]:
+        """LeafRefit scores (B, m) from the leaf values ``new_values`` (B, n_total) and base shifts
+        ``shift`` (B, K) of B deletions, for test points with global leaves ``leaves`` (T, m) and
+        margins ``f_test`` (m, K): the loss change (labels ``y``), or minus the margin change of
+        output ``column`` (``y`` None). > 0 = harmful."""
+        d_f = K.leaf_sums(self._tables, new_values - self.leaf_values[None, :], shift, leaves)
+        if y is None:
+            return -d_f[:, :, column]
+        loss = self.ensemble.loss
+        new_f = f_test[None, :, :] + d_f
+        new_loss = loss.values(np.tile(y, (new_values.shape[0], 1)), new_f.reshape(-1, new_f.shape[2]))
+        return loss.values(y, f_test)[None, :] - new_loss.reshape(new_values.shape[0], -1)
 
     def leaf_influence(
         self,
@@ -439,6 +471,8 @@ class InfluenceEngine:
 
     def _refit(self, idx: NDArray[np.int64], mode: int, k: int, shift: NDArray[np.float64],
                threads: int | None = None) -> NDArray[np.float64]:
+        if self.ensemble.n_rows + self._tables.outside[1] < 2:
+            raise InputError("LeafRefit deletes a training row: the training set needs at least two.")
         fac_new, changed = self._factors_without(idx)
         tb, A0 = self._row_tables(), self._A0
         return self._split_rows(
@@ -588,20 +622,7 @@ class InfluenceEngine:
 
     def resolve_rows(self, rows: ArrayLike | None) -> NDArray[np.int64]:
         """Training-row indices from None (all), integer indices or a boolean mask of shape (n,)."""
-        n = self.ensemble.n_rows
-        if rows is None:
-            return np.arange(n, dtype=np.int64)
-        idx = np.asarray(rows)
-        if idx.dtype == np.bool_:
-            if idx.shape != (n,):
-                raise InputError(f"A boolean row mask must have shape ({n},), got {idx.shape}.")
-            return np.flatnonzero(idx).astype(np.int64)
-        if idx.ndim != 1 or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
-            raise InputError("Training rows must be a 1-d array of integer indices or a boolean mask.")
-        idx = idx.astype(np.int64)
-        if idx.size and (idx.min() < -n or idx.max() >= n):
-            raise InputError(f"Training row index out of range for {n} training rows.")
-        return np.where(idx < 0, idx + n, idx)
+        return resolve_rows(rows, self.ensemble.n_rows)
 
     def _mode(self, update_set: str, k: int | None) -> tuple[int, int]:
         if update_set not in _MODES:
@@ -666,3 +687,21 @@ class InfluenceEngine:
 def _check_aggregate(aggregate: Aggregate) -> None:
     if aggregate not in (None, "mean", "sum"):
         raise InputError(f"aggregate must be None, 'mean' or 'sum', got {aggregate!r}.")
+
+
+def resolve_rows(rows: ArrayLike | None, n: int) -> NDArray[np.int64]:
+    """Indices into ``n`` training rows from None (all), integer indices (negative from the end)
+    or a boolean mask of shape (n,)."""
+    if rows is None:
+        return np.arange(n, dtype=np.int64)
+    idx = np.asarray(rows)
+    if idx.dtype == np.bool_:
+        if idx.shape != (n,):
+            raise InputError(f"A boolean row mask must have shape ({n},), got {idx.shape}.")
+        return np.flatnonzero(idx).astype(np.int64)
+    if idx.ndim != 1 or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
+        raise InputError("Training rows must be a 1-d array of integer indices or a boolean mask.")
+    idx = idx.astype(np.int64)
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        raise InputError(f"Training row index out of range for {n} training rows.")
+    return np.where(idx < 0, idx + n, idx)

@@ -319,10 +319,10 @@ class BoostingInfluence:
         self._check_settings()
         check_choice("on", on, ("loss", "prediction"))
         check_choice("aggregate", aggregate, _AGGREGATES)
-        if isinstance(engine, distributed.DistributedEngine):  # fitted on Dask: a Dask array
-            return distributed.score_explainer(self, X, y, aggregate, training_points, on, init_score)
-        test = self._test_points(X, y, on, init_score)
         column = self._output_index(on, output)
+        if isinstance(engine, distributed.DistributedEngine):  # fitted on Dask: a Dask array
+            return distributed.score_explainer(self, X, y, aggregate, training_points, on, column, init_score)
+        test = self._test_points(X, y, on, init_score)
         rows = engine.resolve_rows(training_points)
         m = np.asarray(test.leaf_index).shape[1]
         if rows.size == 0:

@@ -22,6 +22,10 @@ from influence_gbdt import BoostingInfluence  # noqa: E402
 from influence_gbdt.errors import InputError, ReproductionError, UnsupportedModelError  # noqa: E402
 
 RTOL = 1e-12
+#: LeafRefit scores are differences of leaf values (and losses) a thousand times larger than the
+#: scores themselves: a leaf sum added in another order (last bit of the value) shows as ~1e-12 of
+#: the largest score (measured up to 1.9e-12 on XGBoost's float64 sums), so 1e-10.
+RTOL_REFIT = 1e-10
 N, N_TEST, PARTITIONS = 3000, 40, 4
 
 
@@ -44,12 +48,12 @@ def _data(seed: int = 0) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame, np.nda
     return frame.iloc[:N], y[:N], frame.iloc[N:].reset_index(drop=True), y[N:]
 
 
-def _close(dist: Any, local: Any) -> None:
+def _close(dist: Any, local: Any, rtol: float = RTOL) -> None:
     """Distributed scores equal the in-memory ones (a DataFrame/Series for pandas inputs)."""
     local = np.asarray(local)
     got = np.asarray(dist.compute() if hasattr(dist, "compute") else dist)
     assert got.shape == local.shape
-    assert np.abs(got - local).max() <= RTOL * np.abs(local).max()
+    assert np.abs(got - local).max() <= rtol * np.abs(local).max()
 
 
 def _both(model: Any, X: pd.DataFrame, y: np.ndarray,
@@ -158,6 +162,68 @@ def test_models_trained_with_lightgbm_dask(client: Any) -> None:
     _close(dist.score_training_points(X_test, y_test), local.score_training_points(X_test, y_test))
 
 
+def _classifier(library: str) -> Any:
+    """A small scikit-learn classifier of ``library`` (15 trees of 8 leaves)."""
+    if library == "xgboost":
+        import xgboost
+
+        return xgboost.XGBClassifier(n_estimators=15, max_depth=3)
+    import lightgbm
+
+    return lightgbm.LGBMClassifier(n_estimators=15, num_leaves=8, verbose=-1)
+
+
+@pytest.mark.parametrize("library", ["xgboost", "lightgbm"])
+def test_single_point_scores_every_row_on_its_partition(client: Any, library: str) -> None:
+    """single_point LeafRefit and LeafInfluence run on each row's own partition with the whole set's
+    leaf sums: every row (a Dask array), chosen rows (an ndarray, in the order asked, any
+    partitions), aggregated, on the loss and the prediction; the base margin re-estimated without
+    the row (XGBoost's estimated base score, LightGBM's boost_from_average with sample weights)."""
+    X, y, X_test, y_test = _data(5)
+    weight = np.random.default_rng(5).uniform(0.5, 2.0, size=N)
+    model = _classifier(library).fit(X, y, sample_weight=weight)
+    rows = np.array([2999, 4, 1600, -1, 751])
+    for method in ("leaf_refit", "leaf_influence"):
+        rtol = RTOL_REFIT if method == "leaf_refit" else RTOL
+        kw = {"method": method, "update_set": "single_point"}
+        Xd = dd.from_pandas(X, npartitions=PARTITIONS)
+        dist = BoostingInfluence(model, **kw).fit(
+            Xd, dd.from_pandas(pd.Series(y, index=X.index), npartitions=PARTITIONS),
+            sample_weight=dd.from_pandas(pd.Series(weight, index=X.index), npartitions=PARTITIONS))
+        local = BoostingInfluence(model, **kw).fit(X, y, sample_weight=weight)
+        every = dist.score_training_points(X_test, y_test)
+        assert isinstance(every, da.Array) and every.chunks[0] == dist.engine_.chunks
+        _close(every, local.score_training_points(X_test, y_test), rtol)
+        chosen = dist.score_training_points(X_test, y_test, training_points=rows)
+        assert isinstance(chosen, np.ndarray)
+        _close(chosen, local.score_training_points(X_test, y_test, training_points=rows), rtol)
+        _close(dist.score_training_points(X_test, y_test, aggregate="mean"),
+               local.score_training_points(X_test, y_test, aggregate="mean"), rtol)
+        _close(dist.score_training_points(X_test, on="prediction", training_points=rows),
+               local.score_training_points(X_test, on="prediction", training_points=rows), rtol)
+
+
+@pytest.mark.parametrize("library", ["xgboost", "lightgbm"])
+def test_leaf_refit_with_data_wide_update_sets(client: Any, library: str) -> None:
+    """LeafRefit with all_points and top_k_leaves on Dask (the rounds' leaf sums and top_k's leaf
+    ranking reduced over the partitions) equals the in-memory engine's on rows of several
+    partitions, given as indices or a boolean mask, in batches smaller than the rows asked."""
+    X, y, X_test, y_test = _data(6)
+    model = _classifier(library).fit(X, y)
+    rows = np.array([10, 2990, 1501, 760, 0])
+    mask = np.zeros(N, dtype=bool)
+    mask[[3, 900, 2200]] = True
+    for update_set, k in (("all_points", None), ("top_k_leaves", 2)):
+        dist, local = _both(model, X, y, method="leaf_refit", update_set=update_set, k=k)
+        engine = dist.engine_
+        test = dist._test_points(X_test, y_test, "loss", None)
+        _close(engine.leaf_refit(test, rows=rows, update_set=update_set, k=k, batch_size=2),
+               local.score_training_points(X_test, y_test, training_points=rows), RTOL_REFIT)
+        _close(dist.score_training_points(X_test, y_test, training_points=mask, aggregate="sum"),
+               local.score_training_points(X_test, y_test, training_points=mask, aggregate="sum"),
+               RTOL_REFIT)
+
+
 def test_self_check_refuses_wrong_labels(client: Any) -> None:
     import xgboost
 
@@ -178,8 +244,11 @@ def test_refusals(client: Any) -> None:
         _both(balanced, X, y)
     model = lightgbm.LGBMClassifier(n_estimators=5, verbose=-1).fit(X, y)
     dist = _both(model, X, y, method="leaf_refit")[0]
-    with pytest.raises(InputError, match="leaf_influence"):
+    with pytest.raises(InputError, match="training_points"):  # every row: n passes over the data
         dist.score_training_points(X_test, y_test)
+    dist = _both(model, X, y, method="leaf_influence", update_set="top_k_leaves", k=2)[0]
+    with pytest.raises(InputError, match="top_k_leaves"):
+        dist.score_training_points(X_test, y_test, training_points=[1])
     with pytest.raises(InputError, match="partitioned like X"):
         BoostingInfluence(model).fit(dd.from_pandas(X, npartitions=2), y)
 

@@ -1,0 +1,293 @@
+"""The work :mod:`influence_gbdt.distributed` runs on one partition of a Dask training set (on its
+worker). Private.
+
+A :class:`Partition` holds an :class:`~influence_gbdt.engine.InfluenceEngine` on the partition's
+rows: its replay sums the rows per leaf (the client adds the partitions' sums up), and once it has
+adopted the whole set's sums (:meth:`InfluenceEngine.adopt_whole_set`) it scores its own rows as the
+whole set's engine would where a row's result depends on its own row only (``single_point``).
+The other functions are the per-partition halves of the exact reverse sweep and of LeafRefit with
+an update set of many rows, whose leaf-level halves run on the client's head engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from . import _jit as numba
+from ._base import BaseMargin
+from ._kernels import add_round, round_sizes
+from ._refit import refit_round_sums
+from ._reverse import gather_adjoints, row_adjoints
+from ._tables import Tables
+from .engine import InfluenceEngine, TestPoints
+from .ensemble import TreeEnsemble
+from .errors import InputError, UnsupportedModelError
+
+#: Libraries whose adapters the distributed engine runs.
+LIBRARIES = ("xgboost", "lightgbm")
+
+State = list[Any]  # a round's per-partition arrays (see the functions that start one)
+
+
+def check_library(library: str) -> None:
+    """Refuse a library whose models the distributed engine does not run."""
+    if library not in LIBRARIES:
+        raise UnsupportedModelError(
+            f"Influence on Dask supports {' and '.join(LIBRARIES)} models, not {library}: gather the "
+            "training set on one machine and use the in-memory path."
+        )
+
+
+def check_scope(e: TreeEnsemble, library: str) -> None:
+    """Refuse, by name, what the distributed engine does not model."""
+    check_library(library)
+    refusals = [
+        (e.n_outputs != 1, "multiclass / multi-output models"),
+        (bool(np.any(e.n_steps != 1)), "several leaf-estimation steps per tree"),
+        (bool(e.backtracking.any()), "backtracking leaf estimation"),
+        (bool(e.renewed.any()), "renewed (L1 / quantile) leaves"),
+        (e.base_rule == "quantile", "a quantile base score"),
+        (any(x is not None for x in (e.dataset_factor_without, e.objective_factor_without,
+                                     e.dataset_factor_derivative, e.objective_factor_derivative)),
+         "class weights computed from the data (class_weight='balanced', is_unbalance)"),
+    ]
+    for refused, what in refusals:
+        if refused:
+            raise UnsupportedModelError(
+                f"Influence on Dask does not support {what} ({library} model): use the in-memory path "
+                "(pass numpy or pandas data) or retrain without it."
+            )
+
+
+class Partition:
+    """One partition on its worker: the adapter's description of its rows and an engine on them
+    (one thread: Dask runs the partitions in parallel).
+
+    Parameters
+    ----------
+    adapter : BoosterAdapter
+    X, y, weight, init_score : the partition's rows
+    label_mean : float, optional
+        The whole set's weighted label mean, where the adapter's base margin depends on it
+        (LightGBM's boost_from_average).
+    """
+
+    def __init__(self, adapter: Any, X: Any, y: Any, weight: Any, init_score: Any,
+                 label_mean: float | None) -> None:
+        extra = {} if label_mean is None else {"label_mean": label_mean}
+        e = adapter.describe(X, y, weight, init_score, **extra)
+        check_scope(e, adapter.library)
+        self.ensemble = e
+        self.engine = InfluenceEngine(e, n_threads=1, cache_bytes=0)
+        self.n_rows = e.n_rows
+
+    @property
+    def tables(self) -> Tables:
+        return self.engine._tables
+
+    @property
+    def margin(self) -> NDArray[np.float64]:
+        """Final training margins of the partition's rows, (n_p, K)."""
+        return self.engine._margin
+
+    def summary(self, header: bool) -> dict[str, Any]:
+        """The small per-partition results the client reduces (one value per leaf, per output):
+        its rows' leaf sums (before :func:`adopt`), weight sum, row count and base-margin sums per
+        weight group (G, K)."""
+        e, tb = self.ensemble, self.tables
+        base = BaseMargin(e)
+        empty = np.zeros((e.n_groups, e.n_outputs))
+        P, Q = base.sums if base.refits else (empty, empty)
+        out = {"G": tb.G.copy(), "H": tb.H.copy(), "sum_w": float(tb.w.sum()), "n": e.n_rows, "P": P, "Q": Q}
+        if header:
+            if e.n_rows < 2:
+                raise InputError("The first partition of the training set needs at least two rows.")
+            two = slice(0, 2)
+            out["header"] = replace(
+                e, leaf_index=e.leaf_index[:, two], y=e.y[two], user_weight=e.user_weight[two],
+                weight_group=e.weight_group[two], init_offset=e.init_offset[two])
+        return out
+
+
+def label_mean_sums(adapter: Any, X: Any, y: Any, weight: Any, init_score: Any) -> NDArray[np.float64]:
+    """(sum d y, sum d) of a partition: the pieces of the whole set's weighted label mean."""
+    base = BaseMargin(adapter.describe(X, y, weight, init_score))
+    if not base.refits:
+        return np.zeros(2)
+    P, Q = base.sums
+    return np.array([P.sum(), Q.sum()])
+
+
+def adopt(part: Partition, head: InfluenceEngine, outside: tuple[float, int],
+          base_sums: tuple[NDArray[np.float64], NDArray[np.float64]] | None) -> Partition:
+    """The partition after its engine took the whole set's sums (a task of its own, so that a
+    partition Dask recomputes on a lost worker adopts them again)."""
+    part.engine.adopt_whole_set(head, outside, base_sums)
+    return part
+
+
+# ----------------------------------------------------------------------------------------------
+# Row-local scores (after adopt).
+
+
+def local_scores(part: Partition, method: str, test: TestPoints, rows: NDArray[np.int64] | None,
+                 kwargs: dict[str, Any]) -> NDArray[np.float64]:
+    """``single_point`` scores of the partition's ``rows`` (local indices; None = all), (r, m) or
+    (r,) when aggregated, by its engine: LeafRefit, or LeafInfluence by forward mode."""
+    engine = part.engine
+    scorer = engine.leaf_refit if method == "leaf_refit" else engine.influence_forward
+    return scorer(test, rows=rows, update_set="single_point", **kwargs)
+
+
+def row_facts(part: Partition, rows: NDArray[np.int64], refit_base: bool
+              ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Of the partition's ``rows`` (local indices): the base margin's shift when each is deleted,
+    (r, K), and their effective weights (r,)."""
+    engine = part.engine
+    return engine._base_shift(rows, refit_base), engine._tables.w[rows].copy()
+
+
+# ----------------------------------------------------------------------------------------------
+# The exact reverse sweep (LeafInfluence, all_points): the partition's half of each round.
+
+
+def sweep_start(part: Partition, B: int) -> State:
+    """A sweep's state on a partition: margins (copy), margin adjoints (B, n_p, K), weight adjoints
+    (B, n_p)."""
+    n, K = part.margin.shape
+    return [part.margin.copy(), np.zeros((B, n, K)), np.zeros((B, n))]
+
+
+def sweep_round(state: State, part: Partition, r: int,
+                adjoints: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]
+                ) -> tuple[State, NDArray[np.float64]]:
+    """Round ``r`` of the sweep on a partition's rows (in place: each state feeds one task), and
+    the partition's per-leaf adjoint sums for round ``r - 1``, (B, leaves of that round)."""
+    A, a_bar, w_bar = state
+    g_bar, d_bar, _ = adjoints
+    tb = part.tables
+    add_round(tb, r, A, tb.stored, -1.0)
+    row_adjoints(tb, r, 0, A, g_bar, d_bar, a_bar, w_bar)
+    return state, _gathered(tb, r - 1, a_bar)
+
+
+def _gathered(tb: Tables, r: int, a_bar: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Per-leaf sums of the margin adjoints for round ``r``, (B, leaves of the round); empty
+    before round 0."""
+    if r < 0:
+        return np.zeros((a_bar.shape[0], 0))
+    t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
+    out = np.zeros((a_bar.shape[0], int(tb.leaf_off[t1] - tb.leaf_off[t0])))
+    gather_adjoints(tb, r, a_bar, out)
+    return out
+
+
+def sweep_margin_adjoints(state: State) -> NDArray[np.float64]:
+    """The partition's sum of its rows' initial-margin adjoints, (B, K)."""
+    return np.asarray(state[1].sum(axis=1))
+
+
+def sweep_scores(state: State, part: Partition, a0_bar: NDArray[np.float64],
+                 big_w_bar: NDArray[np.float64], coef_sum: NDArray[np.float64], refit_base: bool
+                 ) -> NDArray[np.float64]:
+    """Scores of the partition's rows, (n_p, B): per unit of user weight, > 0 = harmful (as
+    :meth:`InfluenceEngine._reverse_scores`, without data-dependent class factors)."""
+    _, _, w_bar = state
+    e = part.ensemble
+    d_base = part.engine._dbase_every_row(refit_base)
+    total = e.weight_factor[None, :] * (w_bar + big_w_bar[:, None]) + (a0_bar + coef_sum) @ d_base.T
+    return np.ascontiguousarray(total.T)
+
+
+# ----------------------------------------------------------------------------------------------
+# LeafRefit of B deleted rows with an update set of many rows (all_points, top_k_leaves): the
+# partition's half of each round. The state is the partition's margins entering the round (n_p, K)
+# and each deletion's change of them so far (B, n_p, K).
+
+
+def refit_start(part: Partition, rows: NDArray[np.int64], shift: NDArray[np.float64]) -> State:
+    """The state before round 0 for deletions of ``rows`` (local indices, -1 where the row lives in
+    another partition) with base-margin shifts ``shift`` (B, K): every row's margin moves by it."""
+    n, K = part.engine._A0.shape
+    change = np.empty((rows.size, n, K))
+    change[:] = shift[:, None, :]
+    return [part.engine._A0.copy(), change, rows.astype(np.int64)]
+
+
+def refit_advance(state: State, part: Partition, r: int, new_values: NDArray[np.float64] | None,
+                  mass: bool) -> tuple[State, NDArray[np.float64]]:
+    """Move the state past round ``r - 1`` (whose leaf values with each row deleted are
+    ``new_values`` (B, leaves of that round); None before round 0), and, if ``mass``, each
+    round-``r`` leaf's sum of |margin change| over the partition's rows (B, leaves of round ``r``)
+    that top_k_leaves ranks leaves by."""
+    A, change, _ = state
+    tb = part.tables
+    if new_values is not None:
+        prev = r - 1
+        rl0, rl1 = tb.leaf_off[tb.round_ptr[prev]], tb.leaf_off[tb.round_ptr[prev + 1]]
+        diff = np.zeros(tb.leaf_off[-1])
+        for b in range(change.shape[0]):
+            diff[rl0:rl1] = new_values[b] - tb.values[rl0:rl1]
+            add_round(tb, prev, change[b], diff, 1.0)
+        add_round(tb, prev, A, tb.stored, 1.0)
+    if not mass:
+        return state, np.zeros((change.shape[0], 0))
+    out = np.zeros((change.shape[0], int(tb.leaf_off[tb.round_ptr[r + 1]] - tb.leaf_off[tb.round_ptr[r]])))
+    _leaf_mass(tb, r, change, out)
+    return state, out
+
+
+@numba.njit(cache=True, nogil=True)
+def _leaf_mass(tb: Tables, r: int, change: NDArray[np.float64], out: NDArray[np.float64]) -> None:
+    """``out[b, leaf - round's first leaf] = sum over the leaf's rows of sum_c |change[b, j, c]|``
+    for the trees of round ``r`` (the ranking of :func:`~influence_gbdt._kernels.select_leaves`)."""
+    rl0 = tb.leaf_off[tb.round_ptr[r]]
+    for t in range(tb.round_ptr[r], tb.round_ptr[r + 1]):
+        base = tb.leaf_off[t] - rl0
+        for b in range(change.shape[0]):
+            for j in range(change.shape[1]):
+                acc = 0.0
+                for c in range(change.shape[2]):
+                    acc += abs(change[b, j, c])
+                out[b, base + tb.leaf[t, j]] += acc
+
+
+def refit_sums(state: State, part: Partition, r: int,
+               selection: tuple[NDArray[np.bool_], NDArray[np.bool_]]) -> NDArray[np.float64]:
+    """The partition's share of round ``r``'s leaf sums with each row deleted, (B, 2, leaves of the
+    round) (sum w g, sum w h): over its rows at their changed margins in the leaves the update set
+    selects (``selection``: (B, leaves) chosen, (B,) every leaf), minus the deleted row's original
+    share in the others, whose whole-set sums the client adds."""
+    A, change, rows = state
+    chosen, every = selection
+    tb = part.engine._row_tables()
+    zero = tb._replace(G=np.zeros_like(tb.G), H=np.zeros_like(tb.H))
+    rl0, rl1 = tb.leaf_off[tb.round_ptr[r]], tb.leaf_off[tb.round_ptr[r + 1]]
+    out = np.empty((change.shape[0], 2, rl1 - rl0))
+    _refit_sums(zero, r, A, change, rows, chosen, every, out)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _refit_sums(tb: Tables, r: int, A: NDArray[np.float64], change: NDArray[np.float64],
+                rows: NDArray[np.int64], chosen: NDArray[np.bool_], every: NDArray[np.bool_],
+                out: NDArray[np.float64]) -> None:
+    """:func:`refit_sums` for tables whose cached sums are zero."""
+    n_total = tb.leaf_off[-1]
+    rl0, rl1 = tb.leaf_off[tb.round_ptr[r]], tb.leaf_off[tb.round_ptr[r + 1]]
+    K = A.shape[1]
+    most_leaves, _ = round_sizes(tb)
+    Gs, Hs = np.empty(most_leaves), np.empty(most_leaves)
+    HXs = np.empty((0, K))
+    scratch = np.empty((4, max(K, tb.zsize)))
+    u = np.zeros(n_total)
+    sel = np.zeros(n_total, dtype=np.bool_)
+    for b in range(rows.shape[0]):
+        sel[rl0:rl1] = chosen[b]
+        refit_round_sums(tb, r, 0, A, change[b], u, tb.w, sel, every[b], False, rows[b], Gs, Hs, HXs, scratch)
+        out[b, 0, :] = Gs[: rl1 - rl0]
+        out[b, 1, :] = Hs[: rl1 - rl0]
