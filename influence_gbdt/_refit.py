@@ -118,6 +118,7 @@ def refit_round_steps(
 def refit_one(  # noqa: C901 -- one loop nest over rounds and steps, with the backtracking walk
     tb: Tables, A0: NDArray[np.float64], i0: int, mode: int, k: int,
     shift: NDArray[np.float64], fac_new: NDArray[np.float64], changed: bool,
+    work: NDArray[np.float64], row_only: bool,
 ) -> NDArray[np.float64]:
     """New leaf values, shape (n_total,), with row ``i0`` deleted.
 
@@ -125,19 +126,27 @@ def refit_one(  # noqa: C901 -- one loop nest over rounds and steps, with the ba
     and ``fac_new`` (2, G) the dataset and objective factors without the row (``changed``: they
     differ from the original ones). A backtracking tree re-decides which steps it accepts on the
     changed data.
+
+    ``row_only`` (see :func:`row_only`): no leaf is summed anew, so only row ``i0``'s margins are
+    followed, in ``work`` (n, K; holding ``A0``, restored on return): O(leaves) per round instead
+    of O(n).
     """
     n, K = A0.shape
-    A = A0.copy()
+    A = work if row_only else A0.copy()
     track = mode != NONE
     delta = np.empty((n if track else 0, K))
     delta[:, :] = shift
-    w_new = tb.w.copy()
-    if changed:
-        for j in range(n):
-            d = tb.v[j] * fac_new[0, tb.grp[j]]
-            w_new[j] = (np.float64(np.float32(d)) if tb.f32w else d) * fac_new[1, tb.grp[j]]
-    w_new[i0] = 0.0
-    mean_w = (w_new.sum() + tb.outside[0]) / (n + tb.outside[1] - 1)
+    if row_only:  # no leaf is summed anew: the weights are read for row i0's share only
+        w_new = tb.w
+        mean_w = (tb.w_sum[0] - tb.w[i0] + tb.outside[0]) / (n + tb.outside[1] - 1)
+    else:
+        w_new = tb.w.copy()
+        if changed:
+            for j in range(n):
+                d = tb.v[j] * fac_new[0, tb.grp[j]]
+                w_new[j] = (np.float64(np.float32(d)) if tb.f32w else d) * fac_new[1, tb.grp[j]]
+        w_new[i0] = 0.0
+        mean_w = (w_new.sum() + tb.outside[0]) / (n + tb.outside[1] - 1)
     n_total = tb.leaf_off[-1]
     out = np.empty(n_total)
     u = np.zeros(n_total)
@@ -149,7 +158,7 @@ def refit_one(  # noqa: C901 -- one loop nest over rounds and steps, with the ba
     HXs = np.empty((most_leaves if tb.HX.shape[0] else 0, K))
     d = np.empty(most_leaves)
     dl = np.empty(most_leaves)
-    point_buf = np.empty(n)
+    point_buf = np.empty(0 if row_only else n)
     scratch = np.empty((4, max(K, tb.zsize)))
     mrow = np.empty(K)
     for r in range(tb.round_ptr.shape[0] - 1):
@@ -210,8 +219,28 @@ def refit_one(  # noqa: C901 -- one loop nest over rounds and steps, with the ba
                 for j in range(n):
                     gl = tb.leaf_off[t] + tb.leaf[t, j]
                     delta[j, c] += out[gl] - tb.values[gl]
-        add_round(tb, r, A, tb.stored, 1.0)
+        if row_only:
+            for t in range(t0, t1):
+                A[i0, tb.out[t]] += tb.stored[tb.leaf_off[t] + tb.leaf[t, i0]]
+        else:
+            add_round(tb, r, A, tb.stored, 1.0)
+    if row_only:
+        A[i0, :] = A0[i0, :]
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def row_only(tb: Tables, mode: int, changed: bool) -> bool:
+    """Whether a deletion re-sums no leaf, so that :func:`refit_one` needs only the deleted row's
+    margins: single_point (no other row's change propagated), class factors unchanged, and every
+    tree one step, neither renewed nor backtracking (whose later steps and objectives read every
+    row of a leaf)."""
+    if mode != NONE or changed:
+        return False
+    for t in range(tb.n_steps.shape[0]):
+        if tb.renew[t] or tb.backtrack[t] or tb.n_steps[t] != 1:
+            return False
+    return True
 
 
 @numba.njit(cache=True, nogil=True)
@@ -222,6 +251,8 @@ def refit_many(
     """:func:`refit_one` for each of ``rows`` (B,); ``shift`` (B, K), ``fac_new`` (B, 2, G),
     ``changed`` (B,). Returns (B, n_total)."""
     out = np.empty((rows.shape[0], tb.leaf_off[-1]))
+    work = A0.copy() if row_only(tb, mode, False) else np.empty((0, A0.shape[1]))
     for b in range(rows.shape[0]):
-        out[b, :] = refit_one(tb, A0, rows[b], mode, k, shift[b], fac_new[b], changed[b])
+        fast = row_only(tb, mode, changed[b])
+        out[b, :] = refit_one(tb, A0, rows[b], mode, k, shift[b], fac_new[b], changed[b], work, fast)
     return out
