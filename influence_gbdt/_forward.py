@@ -58,6 +58,7 @@ def _add_row(  # reference counts of every array in the tables
 def forward_one(  # noqa: C901 -- one loop nest over rounds, steps and the update set
     tb: Tables, A0: NDArray[np.float64], i0: int, mode: int, k: int,
     d_base: NDArray[np.float64], d_fac: NDArray[np.float64], d_sumw: float,
+    work: NDArray[np.float64], row_only: bool,
 ) -> NDArray[np.float64]:
     """d leaf value / d v_i0 for every leaf, shape (n_total,).
 
@@ -65,10 +66,12 @@ def forward_one(  # noqa: C901 -- one loop nest over rounds, steps and the updat
     ``d_fac`` (G,) = d (dataset factor * objective factor) / d v_i0 per group; ``d_sumw`` =
     d (sum of effective weights) / d v_i0.
     The update set propagates the margin derivatives of its rows (SinglePoint: row i0 alone).
+    ``row_only`` (single_point without renewed leaves: no other row is read) follows row ``i0``'s
+    margins alone in ``work`` (n, K; holding ``A0``, restored on return): O(leaves) per round.
     """
     n, K = A0.shape
     n_all = n + tb.outside[1]  # rows of the whole training set (a Dask partition holds some)
-    A = A0.copy()
+    A = work if row_only else A0.copy()
     track = mode != NONE
     J = np.empty((n if track else 1, K))
     J[:, :] = d_base
@@ -144,7 +147,13 @@ def forward_one(  # noqa: C901 -- one loop nest over rounds, steps and the updat
             for gl in range(tb.leaf_off[t], tb.leaf_off[t + 1]):
                 out[gl] = tb.lr[t] * du[gl]
         _propagate(tb, r, t0, t1, track, i0, J, out)
-        add_round(tb, r, A, tb.stored, 1.0)
+        if row_only:
+            for t in range(t0, t1):
+                A[i0, tb.out[t]] += tb.stored[tb.leaf_off[t] + tb.leaf[t, i0]]
+        else:
+            add_round(tb, r, A, tb.stored, 1.0)
+    if row_only:
+        A[i0, :] = A0[i0, :]
     return out
 
 
@@ -170,6 +179,8 @@ def forward_many(
     """:func:`forward_one` for each of ``rows`` (B,); ``d_base`` (B, K), ``d_fac`` (B, G),
     ``d_sumw`` (B,). Returns (B, n_total)."""
     out = np.empty((rows.shape[0], tb.leaf_off[-1]))
+    fast = mode == NONE and not tb.renew.any()  # single_point: only row i0's margins are read
+    work = A0.copy() if fast else np.empty((0, A0.shape[1]))
     for b in range(rows.shape[0]):
-        out[b, :] = forward_one(tb, A0, rows[b], mode, k, d_base[b], d_fac[b], d_sumw[b])
+        out[b, :] = forward_one(tb, A0, rows[b], mode, k, d_base[b], d_fac[b], d_sumw[b], work, fast)
     return out

@@ -57,8 +57,8 @@ class Tables(NamedTuple):
     bt_obj: int  # backtracking objective: -1 exact, else a _fastobj loss code
     bt_tie: float  # relative gap within which the replay may decide a try either way
     bt_threads: int  # the booster's thread count, for the fast objective's row ranges
-    bt_order: NDArray[np.int64]  # (n,) row at each position of the fast objective's sums
-    bt_pos: NDArray[np.int64]  # (n,) position of each row in bt_order
+    bt_order: NDArray[np.int64]  # (n,) row at each position of the fast objective's sums; (0,)
+    bt_pos: NDArray[np.int64]  # (n,) position of each row in bt_order; (0,) (both: no backtracking)
     step_ptr: NDArray[np.int64]  # (T + 1,)
     sl_off: NDArray[np.int64]  # (n_flat_steps + 1,)
     rows_by_leaf: NDArray[np.int32]  # (T, n); (0, 0) until LeafRefit or forward mode needs it
@@ -187,6 +187,8 @@ def build_tables(e: TreeEnsemble, group_sums: bool, cache_slots: int = 0, sort_r
     G = e.n_groups if group_sums else 0
     n_joint = n_sl if e.full_hessian.any() else 0
     K = e.n_outputs
+    backtracking = bool(e.backtracking.any())  # only its objective reads the rows' order
+    no_rows = np.zeros(0, dtype=np.int64)
     return _one_type(Tables(
         leaf=e.leaf_index, leaf_off=e.leaf_offset, out=e.tree_output, round_ptr=round_ptr,
         newton=e.newton, joint=e.full_hessian, lr=e.learning_rate, l1=e.l1, mds=e.max_delta_step, l2=e.l2,
@@ -196,8 +198,8 @@ def build_tables(e: TreeEnsemble, group_sums: bool, cache_slots: int = 0, sort_r
         q_method=QUANTILE_METHODS[e.quantile_method], q_weighted=e.quantile_weighted,
         q_delta=e.quantile_delta, bt_obj=_FAST_OBJECTIVES[e.backtracking_objective],
         bt_tie=_EXACT_TIE if e.backtracking_objective == "exact" else 0.0,
-        bt_threads=e.objective_threads, bt_order=e.objective_order,
-        bt_pos=np.argsort(e.objective_order).astype(np.int64),
+        bt_threads=e.objective_threads, bt_order=e.objective_order if backtracking else no_rows,
+        bt_pos=np.argsort(e.objective_order).astype(np.int64) if backtracking else no_rows,
         step_ptr=step_ptr, sl_off=sl_off, rows_by_leaf=rows_by_leaf,
         leaf_first=leaf_first, leaf_count=leaf_count, y=e.y, v=e.user_weight, grp=e.weight_group,
         dfac=e.dataset_factor, ofac=e.objective_factor, f32w=e.float32_weights,
