@@ -15,7 +15,7 @@ from .losses import derivs1, grad_hess, jvp
 
 
 @numba.njit(cache=True, nogil=True, inline="always")  # called per row: a call would cost the
-def _add_row(  # reference counts of every array in the tables
+def add_row_share(  # reference counts of every array in the tables
     tb: Tables, r: int, s: int, A: NDArray[np.float64], j: int, J: NDArray[np.float64], only: int,
     dG: NDArray[np.float64], dD: NDArray[np.float64], dM: NDArray[np.float64], scratch: NDArray[np.float64],
 ) -> None:
@@ -109,7 +109,7 @@ def forward_one(  # noqa: C901 -- one loop nest over rounds, steps and the updat
             dM[:, :] = 0.0
             if every:
                 for j in range(n):
-                    _add_row(tb, r, s, A, j, J[j], -1, dG, dD, dM, scratch)
+                    add_row_share(tb, r, s, A, j, J[j], -1, dG, dD, dM, scratch)
             else:
                 for t in range(t0, t1):
                     if track:
@@ -118,9 +118,9 @@ def forward_one(  # noqa: C901 -- one loop nest over rounds, steps and the updat
                                 first = tb.leaf_first[gl]
                                 for q in range(first, first + tb.leaf_count[gl]):
                                     j = tb.rows_by_leaf[t, q]
-                                    _add_row(tb, r, s, A, j, J[j], t, dG, dD, dM, scratch)
+                                    add_row_share(tb, r, s, A, j, J[j], t, dG, dD, dM, scratch)
                     if not (track and sel[tb.leaf_off[t] + tb.leaf[t, i0]]):
-                        _add_row(tb, r, s, A, i0, J[ji0], t, dG, dD, dM, scratch)  # the row's own change
+                        add_row_share(tb, r, s, A, i0, J[ji0], t, dG, dD, dM, scratch)  # the row's own change
             if tb.joint[t0]:
                 _joint.forward_steps(tb, r, A, i0, s_i0, d_fac, tb.l2m[t0] * d_sumw / n_all, dG, dM, du)
                 continue

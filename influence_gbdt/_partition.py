@@ -19,13 +19,15 @@ from numpy.typing import NDArray
 
 from . import _jit as numba
 from ._base import BaseMargin
-from ._kernels import add_round, round_sizes
+from ._forward import add_row_share
+from ._kernels import add_round, round_sizes, step_point
 from ._refit import refit_round_sums
 from ._reverse import gather_adjoints, row_adjoints
 from ._tables import Tables
 from .engine import InfluenceEngine, TestPoints
 from .ensemble import TreeEnsemble
 from .errors import InputError, UnsupportedModelError
+from .losses import grad_hess
 
 #: Libraries whose adapters the distributed engine runs.
 LIBRARIES = ("xgboost", "lightgbm")
@@ -143,12 +145,15 @@ def local_scores(part: Partition, method: str, test: TestPoints, rows: NDArray[n
     return scorer(test, rows=rows, update_set="single_point", **kwargs)
 
 
-def row_facts(part: Partition, rows: NDArray[np.int64], refit_base: bool
+def row_facts(part: Partition, rows: NDArray[np.int64], refit_base: bool, refit: bool
               ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """Of the partition's ``rows`` (local indices): the base margin's shift when each is deleted,
-    (r, K), and their effective weights (r,)."""
+    """Of the partition's ``rows`` (local indices), for LeafRefit (``refit``): the base margin's
+    shift when each is deleted (r, K) and their effective weights (r,); for LeafInfluence: the base
+    margin's derivative in each row's weight (r, K) and that of the sum of weights (r,)."""
     engine = part.engine
-    return engine._base_shift(rows, refit_base), engine._tables.w[rows].copy()
+    if refit:
+        return engine._base_shift(rows, refit_base), engine._tables.w[rows].copy()
+    return engine._dbase(rows, refit_base), engine._factor_derivatives(rows)[1]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -204,34 +209,36 @@ def sweep_scores(state: State, part: Partition, a0_bar: NDArray[np.float64],
 
 
 # ----------------------------------------------------------------------------------------------
-# LeafRefit of B deleted rows with an update set of many rows (all_points, top_k_leaves): the
-# partition's half of each round. The state is the partition's margins entering the round (n_p, K)
-# and each deletion's change of them so far (B, n_p, K).
+# LeafRefit, or forward-mode LeafInfluence, of B rows with an update set of many rows (all_points,
+# top_k_leaves): the partition's half of each round. The state is the partition's margins entering
+# the round (n_p, K), each row's change of them so far (B, n_p, K) (LeafRefit: the change with the
+# row deleted; forward mode: the derivative in its weight) and the rows (local index, -1 where the
+# row lives in another partition).
 
 
-def refit_start(part: Partition, rows: NDArray[np.int64], shift: NDArray[np.float64]) -> State:
-    """The state before round 0 for deletions of ``rows`` (local indices, -1 where the row lives in
-    another partition) with base-margin shifts ``shift`` (B, K): every row's margin moves by it."""
+def propagation_start(part: Partition, rows: NDArray[np.int64], initial: NDArray[np.float64]) -> State:
+    """The state before round 0 for ``rows``: every margin changes by the base margin's change
+    ``initial`` (B, K)."""
     n, K = part.engine._A0.shape
     change = np.empty((rows.size, n, K))
-    change[:] = shift[:, None, :]
+    change[:] = initial[:, None, :]
     return [part.engine._A0.copy(), change, rows.astype(np.int64)]
 
 
-def refit_advance(state: State, part: Partition, r: int, new_values: NDArray[np.float64] | None,
-                  mass: bool) -> tuple[State, NDArray[np.float64]]:
-    """Move the state past round ``r - 1`` (whose leaf values with each row deleted are
-    ``new_values`` (B, leaves of that round); None before round 0), and, if ``mass``, each
-    round-``r`` leaf's sum of |margin change| over the partition's rows (B, leaves of round ``r``)
-    that top_k_leaves ranks leaves by."""
+def propagation_advance(state: State, part: Partition, r: int, values: NDArray[np.float64] | None,
+                        mass: bool, refit: bool) -> tuple[State, NDArray[np.float64]]:
+    """Move the state past round ``r - 1``, whose leaf values with each row deleted (``refit``), or
+    their derivatives, are ``values`` (B, leaves of that round; None before round 0), and, if
+    ``mass``, each round-``r`` leaf's sum of |margin change| over the partition's rows (B, leaves
+    of round ``r``) that top_k_leaves ranks leaves by."""
     A, change, _ = state
     tb = part.tables
-    if new_values is not None:
+    if values is not None:
         prev = r - 1
         rl0, rl1 = tb.leaf_off[tb.round_ptr[prev]], tb.leaf_off[tb.round_ptr[prev + 1]]
         diff = np.zeros(tb.leaf_off[-1])
         for b in range(change.shape[0]):
-            diff[rl0:rl1] = new_values[b] - tb.values[rl0:rl1]
+            diff[rl0:rl1] = values[b] - tb.values[rl0:rl1] if refit else values[b]
             add_round(tb, prev, change[b], diff, 1.0)
         add_round(tb, prev, A, tb.stored, 1.0)
     if not mass:
@@ -291,3 +298,59 @@ def _refit_sums(tb: Tables, r: int, A: NDArray[np.float64], change: NDArray[np.f
         refit_round_sums(tb, r, 0, A, change[b], u, tb.w, sel, every[b], False, rows[b], Gs, Hs, HXs, scratch)
         out[b, 0, :] = Gs[: rl1 - rl0]
         out[b, 1, :] = Hs[: rl1 - rl0]
+
+
+def forward_sums(state: State, part: Partition, r: int,
+                 selection: tuple[NDArray[np.bool_], NDArray[np.bool_]]) -> NDArray[np.float64]:
+    """The partition's share of the derivatives of round ``r``'s leaf sums in the weight of each of B
+    rows, (B, 2, leaves of the round) (d sum w g, d sum w h): its rows' margin derivatives in the
+    leaves the update set chooses (``selection``: (B, leaves), (B,) every leaf), the row's own
+    where not chosen, and the row's own weight's share (forward mode's ``forward_one`` per round)."""
+    A, J, rows = state
+    chosen, every = selection
+    tb = part.engine._row_tables()
+    rl0, rl1 = tb.leaf_off[tb.round_ptr[r]], tb.leaf_off[tb.round_ptr[r + 1]]
+    out = np.empty((J.shape[0], 2, rl1 - rl0))
+    _forward_sums(tb, r, A, J, rows, chosen, every, out)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _forward_sums(tb: Tables, r: int, A: NDArray[np.float64], J: NDArray[np.float64],
+                  rows: NDArray[np.int64], chosen: NDArray[np.bool_], every: NDArray[np.bool_],
+                  out: NDArray[np.float64]) -> None:
+    """:func:`forward_sums` (one-step trees without joint rounds: the distributed scope)."""
+    K = A.shape[1]
+    t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
+    rl0, rl1 = tb.leaf_off[t0], tb.leaf_off[t1]
+    most_leaves, _ = round_sizes(tb)
+    dG, dD, dM = np.empty(most_leaves), np.empty(most_leaves), np.empty((0, K))
+    scratch = np.empty((4, max(K, tb.zsize)))
+    mrow, z, g, h = np.empty(K), np.empty(tb.zsize), np.empty(K), np.empty(K)
+    for b in range(rows.shape[0]):
+        i0 = rows[b]
+        dG[:] = 0.0
+        dD[:] = 0.0
+        if every[b]:
+            for j in range(A.shape[0]):
+                add_row_share(tb, r, 0, A, j, J[b, j], -1, dG, dD, dM, scratch)
+        else:
+            for t in range(t0, t1):
+                for gl in range(tb.leaf_off[t], tb.leaf_off[t + 1]):
+                    if chosen[b, gl - rl0]:
+                        first = tb.leaf_first[gl]
+                        for q in range(first, first + tb.leaf_count[gl]):
+                            j = tb.rows_by_leaf[t, q]
+                            add_row_share(tb, r, 0, A, j, J[b, j], t, dG, dD, dM, scratch)
+                if i0 >= 0 and not chosen[b, tb.leaf_off[t] + tb.leaf[t, i0] - rl0]:
+                    add_row_share(tb, r, 0, A, i0, J[b, i0], t, dG, dD, dM, scratch)  # its own change
+        if i0 >= 0:  # the row's own weight
+            step_point(tb, r, 0, A, i0, mrow, z)
+            grad_hess(tb.code, tb.prm, tb.y[i0], z, g, h)
+            s_i0 = tb.dfac[tb.grp[i0]] * tb.ofac[tb.grp[i0]]
+            for t in range(t0, t1):
+                x = tb.leaf_off[t] + tb.leaf[t, i0] - rl0
+                dG[x] += s_i0 * g[tb.out[t]]
+                dD[x] += s_i0 * (h[tb.out[t]] if tb.newton[t] else 1.0)
+        out[b, 0, :] = dG[: rl1 - rl0]
+        out[b, 1, :] = dD[: rl1 - rl0]

@@ -26,11 +26,12 @@ whole-set statistic is reduced first and handed to it. Then:
 - **single_point** (LeafRefit and LeafInfluence): only the deleted row's own margin change is
   propagated, so a row's result needs the whole set's leaf sums and its own row: each partition's
   engine scores its rows, no reduction at all.
-- **LeafRefit, all_points and top_k_leaves**: the engine's ``refit_one`` split at its reductions,
-  forward over the rounds, for a batch of deleted rows: each partition keeps its rows' margin
-  changes under each deletion, sums them per leaf of the round's chosen leaves (top_k_leaves first
-  ranks the leaves by the summed |margin change|), and the client's head turns the summed tables
-  into the round's new leaf values, which go back to the partitions.
+- **LeafRefit with all_points and top_k_leaves, LeafInfluence with top_k_leaves**: the engine's
+  ``refit_one`` (``forward_one``) split at its reductions, forward over the rounds, for a batch of
+  scored rows: each partition keeps its rows' margin changes under each deletion (derivatives in
+  each weight), sums them per leaf of the round's chosen leaves (top_k_leaves first ranks the
+  leaves by the summed |margin change|), and the client's head turns the summed tables into the
+  round's new leaf values (derivatives), which go back to the partitions.
 
 Every row scored: lazy Dask arrays with the training set's partitioning, ``(n, m)`` or ``(n,)``
 when aggregated; nothing n-sized is ever gathered on the client (the test set is: its leaf ids,
@@ -38,10 +39,9 @@ trees x test points). Rows chosen (``training_points``): an ndarray with a row p
 
 Scope, refused by name otherwise: XGBoost and LightGBM models (binary log loss, squared error),
 one Newton or gradient step per leaf (the libraries' defaults), no class factors that depend on
-the data (LightGBM ``class_weight='balanced'``, ``is_unbalance``); LeafInfluence with
-``top_k_leaves`` (forward mode with a data-wide update set; LeafRefit runs it); LeafRefit with
-``all_points`` or ``top_k_leaves`` needs the rows to delete (each costs a pass over the whole set per
-tree). Sums over partitions are added in another order than the single-machine engine's, so results
+the data (LightGBM ``class_weight='balanced'``, ``is_unbalance``). LeafRefit with ``all_points``
+or ``top_k_leaves`` and LeafInfluence with ``top_k_leaves`` need the rows to score (each costs a
+pass over the whole set per tree). Sums over partitions are added in another order than the single-machine engine's, so results
 agree with it to rounding (~1e-15 relative), not bit for bit. Sign convention as everywhere:
 score > 0 = the training row is harmful.
 """
@@ -65,10 +65,11 @@ from ._partition import (
     Partition,
     adopt,
     check_library,
+    forward_sums,
     label_mean_sums,
     local_scores,
-    refit_advance,
-    refit_start,
+    propagation_advance,
+    propagation_start,
     refit_sums,
     row_facts,
     sweep_margin_adjoints,
@@ -164,28 +165,47 @@ def _select(head: InfluenceEngine, r: int, k: int, B: int, *masses: NDArray[np.f
     return chosen, np.full(B, every)
 
 
-def _refit_step(head: InfluenceEngine, r: int, mean_w: NDArray[np.float64],
+def _round_leaves(tb: Tables, r: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """For the leaves of round ``r`` (one-step trees), in order: their tree, and their step-leaf
+    slot (index into ``G``, ``H``, ``RG``, ``RD``)."""
+    t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
+    tree = np.repeat(np.arange(t0, t1), np.diff(tb.leaf_off[t0 : t1 + 1]))
+    leaf = np.arange(tb.leaf_off[t0], tb.leaf_off[t1])
+    return tree, tb.sl_off[tb.step_ptr[tree]] + leaf - tb.leaf_off[tree]
+
+
+def _refit_step(head: InfluenceEngine, r: int, facts: NDArray[np.float64],
                 selection: tuple[NDArray[np.bool_], NDArray[np.bool_]], *parts: NDArray[np.float64]
                 ) -> NDArray[np.float64]:
     """Round ``r``'s leaf values with each of B rows deleted, (B, leaves of the round): the
     partitions' sums (B, 2, leaves) plus the whole set's cached sums of the leaves the update set
-    leaves alone, through the step (mean weights without each row: ``mean_w`` (B,))."""
+    leaves alone, through the step (``facts`` (B,): the mean weight without each row)."""
     tb = head._tables
-    t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
-    rl0, rl1 = tb.leaf_off[t0], tb.leaf_off[t1]
+    tree, slots = _round_leaves(tb, r)
     chosen, every = selection
-    leaf_tree = np.repeat(np.arange(t0, t1), np.diff(tb.leaf_off[t0 : t1 + 1]))
-    slots = tb.sl_off[tb.step_ptr[leaf_tree]] + np.arange(rl0, rl1) - tb.leaf_off[leaf_tree]
     clean = ~(chosen | every[:, None])
     total = _add(*parts)
     G = np.where(clean, tb.G[slots][None, :], 0.0) + total[:, 0]
     H = np.where(clean, tb.H[slots][None, :], 0.0) + total[:, 1]
-    d = np.empty(rl1 - rl0)
+    d = np.empty(tree.size)
     out = np.empty_like(G)
     for b in range(G.shape[0]):
-        refit_round_steps(tb, r, G[b], H[b], float(mean_w[b]), d)
-        out[b] = tb.lr[leaf_tree] * (tb.scales[leaf_tree, 0] * d)  # as refit_one: lr * (0 + scale * d)
+        refit_round_steps(tb, r, G[b], H[b], float(facts[b]), d)
+        out[b] = tb.lr[tree] * (tb.scales[tree, 0] * d)  # as refit_one: lr * (0 + scale * d)
     return out
+
+
+def _forward_step(head: InfluenceEngine, r: int, facts: NDArray[np.float64],
+                  selection: tuple[NDArray[np.bool_], NDArray[np.bool_]], *parts: NDArray[np.float64]
+                  ) -> NDArray[np.float64]:
+    """Round ``r``'s leaf-value derivatives in the weight of each of B rows, (B, leaves of the
+    round), from the partitions' sum derivatives (B, 2, leaves) through the step's derivatives
+    (``facts`` (B,): the derivative of the mean weight, for the L2 term scaled by it)."""
+    tb = head._tables
+    tree, slots = _round_leaves(tb, r)
+    total = _add(*parts)
+    d_h = total[:, 1] + tb.l2m[tree][None, :] * facts[:, None]
+    return tb.lr[tree] * (tb.scales[tree, 0] * (tb.RG[slots] * total[:, 0] + tb.RD[slots] * d_h))
 
 
 def _add(*parts: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -313,8 +333,11 @@ class DistributedEngine:
         k: int | None = None, on: str = "loss", aggregate: str | None = None, refit_base: bool = True,
         output: int | None = None, batch_size: int = 64,
     ) -> Any:
-        """LeafInfluence of training rows: ``all_points`` exactly by the distributed reverse sweep,
-        ``single_point`` by forward mode on each row's own partition.
+        """LeafInfluence of training rows: ``all_points`` exactly by the distributed reverse sweep
+        (every row; ``rows`` selects from it), ``single_point`` by forward mode on each row's own
+        partition (any rows), ``top_k_leaves`` by forward mode with the update set's margin
+        changes reduced per tree, as :meth:`leaf_refit` runs its data-wide update sets (``rows``
+        required).
 
         Parameters
         ----------
@@ -334,14 +357,12 @@ class DistributedEngine:
         chunked by the training set's partitions. Selected rows: an ndarray (len(rows), m) or
         (len(rows),). > 0 = harmful.
         """
-        self._check_update_set(update_set, k)
+        k_ = self._check_update_set(update_set, k)
         if update_set == "single_point":
             return self._local("leaf_influence", test, rows, on, aggregate, refit_base, output)
-        if update_set != "all_points":
-            raise InputError(
-                "On Dask, LeafInfluence runs with update_set='all_points' (exact, one reverse sweep for "
-                "every row) or 'single_point' (row-local); 'top_k_leaves' runs with method='leaf_refit' "
-                "or on the in-memory path.")
+        if update_set == "top_k_leaves":
+            return self._propagated_scores(test, rows, k_, on, aggregate, refit_base, output, batch_size,
+                                           refit=False)
         scores = self._influence_every_row(test, on, aggregate, refit_base, output, batch_size)
         if rows is None:
             return scores
@@ -362,31 +383,11 @@ class DistributedEngine:
 
         Parameters and return as :meth:`leaf_influence`.
         """
-        mode_k = self._check_update_set(update_set, k)
+        k_ = self._check_update_set(update_set, k)
         if update_set == "single_point":
             return self._local("leaf_refit", test, rows, on, aggregate, refit_base, output)
-        if rows is None:
-            raise InputError(
-                f"LeafRefit with update_set={update_set!r} deletes one row at a time at the cost of a "
-                f"pass over all {self.n_rows} training rows per tree: pass training_points (the rows to "
-                "score), or use update_set='single_point' (row-local, every row) or "
-                "method='leaf_influence' with update_set='all_points' (one sweep for every row).")
-        _check_aggregate(aggregate)  # type: ignore[arg-type]
-        head = self.head
-        leaves, offset, y = head._test_arrays(test, need_y=on == "loss")
-        column = head._output(on, output)
-        f_test = head._margins(leaves, offset)
-        idx = resolve_rows(rows, self.n_rows)
-        fits = int(_REVERSE_BATCH_BYTES / (8.0 * max(self.chunks) * self.ensemble.n_outputs))
-        size = max(1, min(int(batch_size), fits))
-        out = []
-        for s in range(0, idx.size, size):
-            values, shift = self._refit_values(idx[s : s + size], mode_k, refit_base)
-            scores = head.refit_scores(values, shift, leaves, f_test, y, column)
-            out.append(scores if aggregate is None else getattr(scores, aggregate)(axis=1))
-        if not out:
-            return np.empty((0,) if aggregate else (0, leaves.shape[1]))
-        return np.concatenate(out, axis=0)
+        return self._propagated_scores(test, rows, k_, on, aggregate, refit_base, output, batch_size,
+                                       refit=True)
 
     def _check_update_set(self, update_set: str, k: int | None) -> int:
         """The update set's ``k`` for the leaf selection (0: all_points), checked."""
@@ -509,58 +510,95 @@ class DistributedEngine:
             dsk[key] = (sweep_scores, s, p, f"{name}-a0", big, coef_sum, refit_base)
         return self._graph(name, dsk, out)
 
-    def _refit_values(self, idx: NDArray[np.int64], k: int, refit_base: bool
-                      ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """Leaf values (B, n_total) and base-margin shifts (B, K) with each of rows ``idx`` deleted,
-        all_points (``k`` = 0) or top_k_leaves: the engine's ``refit_one`` split at its reductions,
-        as one graph. Per round: each partition moves its rows' margin changes past the previous
+    def _propagated_scores(self, test: TestPoints, rows: ArrayLike | None, k: int, on: str,
+                           aggregate: str | None, refit_base: bool, output: int | None,
+                           batch_size: int, refit: bool) -> NDArray[np.float64]:
+        """LeafRefit (``refit``) or forward-mode LeafInfluence of the chosen ``rows`` with a
+        data-wide update set (all_points: ``k`` = 0, or top_k_leaves), in batches of deleted rows
+        (fewer than ``batch_size`` where a partition's margin changes would exceed the engine's
+        batch memory), one graph each (:meth:`_propagate`). Returns (len(rows), m) or (len(rows),)."""
+        if rows is None:
+            what = "LeafRefit" if refit else "LeafInfluence by forward mode"
+            raise InputError(
+                f"{what} with a data-wide update set follows every row's margin for each scored row, "
+                f"a pass over all {self.n_rows} training rows per tree and row: pass training_points "
+                "(the rows to score), or use update_set='single_point' (row-local, every row) or "
+                "method='leaf_influence' with update_set='all_points' (one sweep for every row).")
+        _check_aggregate(aggregate)  # type: ignore[arg-type]
+        head = self.head
+        leaves, offset, y = head._test_arrays(test, need_y=on == "loss")
+        column = head._output(on, output)
+        f_test = head._margins(leaves, offset)
+        coef = None if refit else head._test_coef(leaves, offset, y, column)
+        idx = resolve_rows(rows, self.n_rows)
+        fits = int(_REVERSE_BATCH_BYTES / (8.0 * max(self.chunks) * self.ensemble.n_outputs))
+        size = max(1, min(int(batch_size), fits))
+        out = []
+        for s in range(0, idx.size, size):
+            values, base = self._propagate(idx[s : s + size], k, refit_base, refit)
+            scores = (head.refit_scores(values, base, leaves, f_test, y, column) if coef is None
+                      else head.forward_scores(values, base, leaves, coef))
+            out.append(scores if aggregate is None else getattr(scores, aggregate)(axis=1))
+        if not out:
+            return np.empty((0,) if aggregate else (0, leaves.shape[1]))
+        return np.concatenate(out, axis=0)
+
+    def _propagate(self, idx: NDArray[np.int64], k: int, refit_base: bool, refit: bool
+                   ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """With each of the rows ``idx`` deleted (``refit``): leaf values (B, n_total) and base-margin
+        shifts (B, K); else their derivatives in each row's weight. all_points (``k`` = 0) or
+        top_k_leaves: the engine's ``refit_one`` / ``forward_one`` split at their reductions, as
+        one graph. Per round: each partition moves its rows' margin changes past the previous
         round (and ranks this round's leaves for top_k_leaves: ``_select`` adds the ranks up), sums
-        its rows in the chosen leaves, and ``_refit_step`` turns the summed tables into the
-        round's leaf values."""
+        its rows in the chosen leaves (``refit_sums`` / ``forward_sums``), and the head turns the
+        summed tables into the round's leaf values (``_refit_step`` / ``_forward_step``)."""
         import dask
         from dask import delayed
 
         B = idx.size
-        shift, w = np.zeros((B, self.ensemble.n_outputs)), np.zeros(B)
+        base, own = np.zeros((B, self.ensemble.n_outputs)), np.zeros(B)
         located = self._by_partition(idx)
-        facts = dask.compute(*[delayed(row_facts)(self.partitions[p], local, refit_base)
+        facts = dask.compute(*[delayed(row_facts)(self.partitions[p], local, refit_base, refit)
                                for p, local, _ in located])
         local_rows = np.full((len(self.partitions), B), -1, dtype=np.int64)
-        for (p, local, where), (s, wi) in zip(located, facts, strict=True):
-            shift[where], w[where] = s, wi
+        for (p, local, where), (b, o) in zip(located, facts, strict=True):
+            base[where], own[where] = b, o
             local_rows[p, where] = local
-        mean_w = (self.weight_sum - w) / (self.n_rows - 1)
+        if refit:  # the mean weight without each row; the sums, the step
+            per_row, sums, step = (self.weight_sum - own) / (self.n_rows - 1), refit_sums, _refit_step
+        else:  # d (sum of weights) / d v_i / n
+            per_row, sums, step = own / self.n_rows, forward_sums, _forward_step
 
-        name = f"influence-refit-{uuid.uuid4().hex}"
+        name = f"influence-propagate-{uuid.uuid4().hex}"
         parts = [p.key for p in self.partitions]
         dsk: dict[Any, Any] = {f"{name}-head": self.head}
         states = []
         for i, p in enumerate(parts):
             states.append(f"{name}-start-{i}")
-            dsk[states[-1]] = (refit_start, p, local_rows[i], shift)
+            dsk[states[-1]] = (propagation_start, p, local_rows[i], base)
         values: Any = None
         rounds = []
         for r in range(int(self.head._tables.round_ptr.shape[0]) - 1):
             masses = []
             for i, p in enumerate(parts):
-                step = f"{name}-advance-{r}-{i}"
-                dsk[step] = (refit_advance, states[i], p, r, values, k > 0)
-                states[i] = f"{step}-state"
-                dsk[states[i]] = (operator.getitem, step, 0)
-                masses.append(f"{step}-mass")
-                dsk[masses[-1]] = (operator.getitem, step, 1)
+                advance = f"{name}-advance-{r}-{i}"
+                dsk[advance] = (propagation_advance, states[i], p, r, values, k > 0, refit)
+                states[i] = f"{advance}-state"
+                dsk[states[i]] = (operator.getitem, advance, 0)
+                masses.append(f"{advance}-mass")
+                dsk[masses[-1]] = (operator.getitem, advance, 1)
             selection = f"{name}-select-{r}"
             dsk[selection] = (_select, f"{name}-head", r, k, B, *(masses if k > 0 else []))
-            sums = []
+            shares = []
             for i, p in enumerate(parts):
-                sums.append(f"{name}-sums-{r}-{i}")
-                dsk[sums[-1]] = (refit_sums, states[i], p, r, selection)
+                shares.append(f"{name}-sums-{r}-{i}")
+                dsk[shares[-1]] = (sums, states[i], p, r, selection)
             values = f"{name}-values-{r}"
-            dsk[values] = (_refit_step, f"{name}-head", r, mean_w, selection, *sums)
+            dsk[values] = (step, f"{name}-head", r, per_row, selection, *shares)
             rounds.append(values)
         dsk[f"{name}-all"] = (_stack, *rounds)
         (result,) = dask.compute(self._graph(name, dsk, [f"{name}-all"])[0])
-        return np.asarray(result), shift
+        return np.asarray(result), base
 
 
 def gather_test(X: Any) -> Any:

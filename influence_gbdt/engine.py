@@ -386,10 +386,18 @@ class InfluenceEngine:
         def batch(chunk: NDArray[np.int64]) -> NDArray[np.float64]:
             d_base = self._dbase(chunk, refit_base)
             d_values = self._forward(chunk, mode, kk, d_base, threads=1)
-            d_f = K.leaf_sums(self._tables, d_values, d_base, leaves)
-            return np.einsum("bjc,jc->bj", d_f, coef)
+            return self.forward_scores(d_values, d_base, leaves, coef)
 
         return self._chunked(batch, idx, chunk_size, aggregate, progress)
+
+    def forward_scores(
+        self, d_values: NDArray[np.float64], d_base: NDArray[np.float64], leaves: NDArray[np.int64],
+        coef: NDArray[np.float64],
+    ) -> NDArray[np.float64]:
+        """LeafInfluence scores (B, m) from the leaf-value and base-margin derivatives in B rows'
+        weights, ``d_values`` (B, n_total) and ``d_base`` (B, K), for test points with global leaves
+        ``leaves`` (T, m) and objective coefficients ``coef`` (m, K) (d objective / d margin)."""
+        return np.einsum("bjc,jc->bj", K.leaf_sums(self._tables, d_values, d_base, leaves), coef)
 
     def influence_reverse(
         self,

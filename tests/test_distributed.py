@@ -204,24 +204,27 @@ def test_single_point_scores_every_row_on_its_partition(client: Any, library: st
 
 
 @pytest.mark.parametrize("library", ["xgboost", "lightgbm"])
-def test_leaf_refit_with_data_wide_update_sets(client: Any, library: str) -> None:
-    """LeafRefit with all_points and top_k_leaves on Dask (the rounds' leaf sums and top_k's leaf
-    ranking reduced over the partitions) equals the in-memory engine's on rows of several
-    partitions, given as indices or a boolean mask, in batches smaller than the rows asked."""
+def test_data_wide_update_sets(client: Any, library: str) -> None:
+    """LeafRefit with all_points and top_k_leaves, and LeafInfluence with top_k_leaves (forward
+    mode), on Dask (the rounds' leaf sums and top_k's leaf ranking reduced over the partitions)
+    equal the in-memory engine's on rows of several partitions, given as indices or a boolean mask,
+    in batches smaller than the rows asked."""
     X, y, X_test, y_test = _data(6)
     model = _classifier(library).fit(X, y)
     rows = np.array([10, 2990, 1501, 760, 0])
     mask = np.zeros(N, dtype=bool)
     mask[[3, 900, 2200]] = True
-    for update_set, k in (("all_points", None), ("top_k_leaves", 2)):
-        dist, local = _both(model, X, y, method="leaf_refit", update_set=update_set, k=k)
+    for method, update_set, k in (("leaf_refit", "all_points", None), ("leaf_refit", "top_k_leaves", 2),
+                                  ("leaf_influence", "top_k_leaves", 3)):
+        rtol = RTOL_REFIT if method == "leaf_refit" else RTOL
+        dist, local = _both(model, X, y, method=method, update_set=update_set, k=k)
         engine = dist.engine_
         test = dist._test_points(X_test, y_test, "loss", None)
-        _close(engine.leaf_refit(test, rows=rows, update_set=update_set, k=k, batch_size=2),
-               local.score_training_points(X_test, y_test, training_points=rows), RTOL_REFIT)
+        scorer = engine.leaf_refit if method == "leaf_refit" else engine.leaf_influence
+        _close(scorer(test, rows=rows, update_set=update_set, k=k, batch_size=2),
+               local.score_training_points(X_test, y_test, training_points=rows), rtol)
         _close(dist.score_training_points(X_test, y_test, training_points=mask, aggregate="sum"),
-               local.score_training_points(X_test, y_test, training_points=mask, aggregate="sum"),
-               RTOL_REFIT)
+               local.score_training_points(X_test, y_test, training_points=mask, aggregate="sum"), rtol)
 
 
 def test_self_check_refuses_wrong_labels(client: Any) -> None:
@@ -247,8 +250,8 @@ def test_refusals(client: Any) -> None:
     with pytest.raises(InputError, match="training_points"):  # every row: n passes over the data
         dist.score_training_points(X_test, y_test)
     dist = _both(model, X, y, method="leaf_influence", update_set="top_k_leaves", k=2)[0]
-    with pytest.raises(InputError, match="top_k_leaves"):
-        dist.score_training_points(X_test, y_test, training_points=[1])
+    with pytest.raises(InputError, match="training_points"):
+        dist.score_training_points(X_test, y_test)
     with pytest.raises(InputError, match="partitioned like X"):
         BoostingInfluence(model).fit(dd.from_pandas(X, npartitions=2), y)
 
