@@ -26,7 +26,7 @@ from ._reverse import gather_adjoints, row_adjoints
 from ._tables import Tables
 from .engine import InfluenceEngine, TestPoints
 from .ensemble import TreeEnsemble
-from .errors import InputError, UnsupportedModelError
+from .errors import UnsupportedModelError
 from .losses import grad_hess
 
 #: Libraries whose adapters the distributed engine runs.
@@ -87,6 +87,15 @@ class Partition:
         self.engine = InfluenceEngine(e, n_threads=1, cache_bytes=0)
         self.n_rows = e.n_rows
 
+    @classmethod
+    def describe(cls, adapter: Any, X: Any, y: Any, weight: Any, init_score: Any,
+                 label_mean: float | None) -> Partition | None:
+        """The partition, or None when it has no rows (a filtered Dask DataFrame's partitions may
+        be empty; the client leaves those out)."""
+        if X.shape[0] == 0:
+            return None
+        return cls(adapter, X, y, weight, init_score, label_mean)
+
     @property
     def tables(self) -> Tables:
         return self.engine._tables
@@ -96,7 +105,7 @@ class Partition:
         """Final training margins of the partition's rows, (n_p, K)."""
         return self.engine._margin
 
-    def summary(self, header: bool) -> dict[str, Any]:
+    def summary(self) -> dict[str, Any]:
         """The small per-partition results the client reduces (one value per leaf, per output):
         its rows' leaf sums (before :func:`adopt`), weight sum, row count and base-margin sums per
         weight group (G, K)."""
@@ -104,19 +113,26 @@ class Partition:
         base = BaseMargin(e)
         empty = np.zeros((e.n_groups, e.n_outputs))
         P, Q = base.sums if base.refits else (empty, empty)
-        out = {"G": tb.G.copy(), "H": tb.H.copy(), "sum_w": float(tb.w.sum()), "n": e.n_rows, "P": P, "Q": Q}
-        if header:
-            if e.n_rows < 2:
-                raise InputError("The first partition of the training set needs at least two rows.")
-            two = slice(0, 2)
-            out["header"] = replace(
-                e, leaf_index=e.leaf_index[:, two], y=e.y[two], user_weight=e.user_weight[two],
-                weight_group=e.weight_group[two], init_offset=e.init_offset[two])
-        return out
+        return {"G": tb.G.copy(), "H": tb.H.copy(), "sum_w": float(tb.w.sum()), "n": e.n_rows, "P": P, "Q": Q}
+
+    def header(self) -> TreeEnsemble:
+        """The description of the partition's first two rows (the client's head engine)."""
+        two = slice(0, 2)
+        e = self.ensemble
+        return replace(e, leaf_index=e.leaf_index[:, two], y=e.y[two], user_weight=e.user_weight[two],
+                       weight_group=e.weight_group[two], init_offset=e.init_offset[two],
+                       objective_order=np.arange(2))
+
+
+def summarize(part: Partition | None) -> dict[str, Any]:
+    """:meth:`Partition.summary`; ``{"n": 0}`` for an empty partition."""
+    return {"n": 0} if part is None else part.summary()
 
 
 def label_mean_sums(adapter: Any, X: Any, y: Any, weight: Any, init_score: Any) -> NDArray[np.float64]:
     """(sum d y, sum d) of a partition: the pieces of the whole set's weighted label mean."""
+    if X.shape[0] == 0:
+        return np.zeros(2)
     base = BaseMargin(adapter.describe(X, y, weight, init_score))
     if not base.refits:
         return np.zeros(2)

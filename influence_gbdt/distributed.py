@@ -41,9 +41,10 @@ Scope, refused by name otherwise: XGBoost and LightGBM models (binary log loss, 
 one Newton or gradient step per leaf (the libraries' defaults), no class factors that depend on
 the data (LightGBM ``class_weight='balanced'``, ``is_unbalance``). LeafRefit with ``all_points``
 or ``top_k_leaves`` and LeafInfluence with ``top_k_leaves`` need the rows to score (each costs a
-pass over the whole set per tree). Sums over partitions are added in another order than the single-machine engine's, so results
-agree with it to rounding (~1e-15 relative), not bit for bit. Sign convention as everywhere:
-score > 0 = the training row is harmful.
+pass over the whole set per tree). Empty partitions are left out of the results. Sums over
+partitions are added in another order than the single-machine engine's, so results agree with it
+to rounding (~1e-15 relative), not bit for bit. Sign convention as everywhere: score > 0 = the
+training row is harmful.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ from ._partition import (
     propagation_start,
     refit_sums,
     row_facts,
+    summarize,
     sweep_margin_adjoints,
     sweep_round,
     sweep_scores,
@@ -280,13 +282,19 @@ class DistributedEngine:
                 *[delayed(label_mean_sums)(ad, *a) for a in zip(xs, ys, ws, ss, strict=True)])
             total = np.sum(pieces, axis=0)
             label_mean = float(total[0] / total[1]) if total[1] > 0 else None
-        parts = [delayed(Partition)(ad, *a, label_mean) for a in zip(xs, ys, ws, ss, strict=True)]
-        described = dask.persist(*parts)
-        summaries = dask.compute(
-            *[delayed(Partition.summary)(p, i == 0) for i, p in enumerate(described)])
+        parts = [delayed(Partition.describe)(ad, *a, label_mean) for a in zip(xs, ys, ws, ss, strict=True)]
+        every = dask.persist(*parts)
+        sizes = dask.compute(*[delayed(summarize)(p) for p in every])
+        # Empty partitions (a filtered DataFrame's) are left out: results have a chunk per non-empty one.
+        described = [p for p, s in zip(every, sizes, strict=True) if s["n"] > 0]
+        summaries = [s for s in sizes if s["n"] > 0]
         self.chunks = tuple(int(s["n"]) for s in summaries)
         self.n_rows = sum(self.chunks)
-        self.head = head = InfluenceEngine(summaries[0]["header"], n_threads=1, cache_bytes=0)
+        first = next((i for i, s in enumerate(summaries) if s["n"] >= 2), None)
+        if first is None:
+            raise InputError("The training set needs a partition with at least two rows.")
+        (header,) = dask.compute(delayed(Partition.header)(described[first]))
+        self.head = head = InfluenceEngine(header, n_threads=1, cache_bytes=0)
         tb = head._tables
         tb.G[:] = _add(*[s["G"] for s in summaries])
         tb.H[:] = _add(*[s["H"] for s in summaries])
