@@ -8,7 +8,7 @@ from numpy.typing import NDArray
 
 from . import _jit as numba
 from . import _joint
-from ._kernels import NONE, add_round, round_sizes, select_leaves, step_point
+from ._kernels import NONE, add_round, advance_row, round_sizes, select_leaves, step_point
 from ._renew import forward_tree
 from ._tables import Tables
 from .losses import derivs1, grad_hess, jvp
@@ -67,7 +67,8 @@ def forward_one(  # noqa: C901 -- one loop nest over rounds, steps and the updat
     d (sum of effective weights) / d v_i0.
     The update set propagates the margin derivatives of its rows (SinglePoint: row i0 alone).
     ``row_only`` (single_point without renewed leaves: no other row is read) follows row ``i0``'s
-    margins alone in ``work`` (n, K; holding ``A0``, restored on return): O(leaves) per round.
+    margins alone in ``work`` (n, K; holding ``A0``; the caller restores row ``i0``): O(leaves)
+    per round.
     """
     n, K = A0.shape
     n_all = n + tb.outside[1]  # rows of the whole training set (a Dask partition holds some)
@@ -148,12 +149,9 @@ def forward_one(  # noqa: C901 -- one loop nest over rounds, steps and the updat
                 out[gl] = tb.lr[t] * du[gl]
         _propagate(tb, r, t0, t1, track, i0, J, out)
         if row_only:
-            for t in range(t0, t1):
-                A[i0, tb.out[t]] += tb.stored[tb.leaf_off[t] + tb.leaf[t, i0]]
+            advance_row(tb, r, A, i0)
         else:
             add_round(tb, r, A, tb.stored, 1.0)
-    if row_only:
-        A[i0, :] = A0[i0, :]
     return out
 
 
@@ -183,4 +181,6 @@ def forward_many(
     work = A0.copy() if fast else np.empty((0, A0.shape[1]))
     for b in range(rows.shape[0]):
         out[b, :] = forward_one(tb, A0, rows[b], mode, k, d_base[b], d_fac[b], d_sumw[b], work, fast)
+        if fast:
+            work[rows[b]] = A0[rows[b]]
     return out

@@ -104,6 +104,14 @@ def add_round(tb: Tables, r: int, A: NDArray[np.float64], values: NDArray[np.flo
             A[j, c] += sign * values[base + tb.leaf[t, j]]
 
 
+@_per_row  # once per round of every single-point row
+def advance_row(tb: Tables, r: int, A: NDArray[np.float64], j: int) -> None:
+    """Move row ``j``'s margins ``A[j]`` past round ``r`` by the stored leaf values (as
+    :func:`add_round` does for every row; a single-point refit or forward pass reads no other)."""
+    for t in range(tb.round_ptr[r], tb.round_ptr[r + 1]):
+        A[j, tb.out[t]] += tb.stored[tb.leaf_off[t] + tb.leaf[t, j]]
+
+
 @_jit
 def select_leaves(
     tb: Tables, t: int, mode: int, k: int, change: NDArray[np.float64], selected: NDArray[np.bool_]

@@ -285,13 +285,20 @@ def refit_sums(state: State, part: Partition, r: int,
     round) (sum w g, sum w h): over its rows at their changed margins in the leaves the update set
     selects (``selection``: (B, leaves) chosen, (B,) every leaf), minus the deleted row's original
     share in the others, whose whole-set sums the client adds."""
+    tb = part.engine._row_tables()
+    return _shares(_refit_sums, tb._replace(G=np.zeros_like(tb.G), H=np.zeros_like(tb.H)), state, r,
+                   selection)
+
+
+def _shares(kernel: Any, tb: Tables, state: State, r: int,
+            selection: tuple[NDArray[np.bool_], NDArray[np.bool_]]) -> NDArray[np.float64]:
+    """Run the per-round ``kernel`` (``_refit_sums`` or ``_forward_sums``) on a state: the
+    partition's shares (B, 2, leaves of round ``r``)."""
     A, change, rows = state
     chosen, every = selection
-    tb = part.engine._row_tables()
-    zero = tb._replace(G=np.zeros_like(tb.G), H=np.zeros_like(tb.H))
     rl0, rl1 = tb.leaf_off[tb.round_ptr[r]], tb.leaf_off[tb.round_ptr[r + 1]]
     out = np.empty((change.shape[0], 2, rl1 - rl0))
-    _refit_sums(zero, r, A, change, rows, chosen, every, out)
+    kernel(tb, r, A, change, rows, chosen, every, out)
     return out
 
 
@@ -322,13 +329,7 @@ def forward_sums(state: State, part: Partition, r: int,
     rows, (B, 2, leaves of the round) (d sum w g, d sum w h): its rows' margin derivatives in the
     leaves the update set chooses (``selection``: (B, leaves), (B,) every leaf), the row's own
     where not chosen, and the row's own weight's share (forward mode's ``forward_one`` per round)."""
-    A, J, rows = state
-    chosen, every = selection
-    tb = part.engine._row_tables()
-    rl0, rl1 = tb.leaf_off[tb.round_ptr[r]], tb.leaf_off[tb.round_ptr[r + 1]]
-    out = np.empty((J.shape[0], 2, rl1 - rl0))
-    _forward_sums(tb, r, A, J, rows, chosen, every, out)
-    return out
+    return _shares(_forward_sums, part.engine._row_tables(), state, r, selection)
 
 
 @numba.njit(cache=True, nogil=True)

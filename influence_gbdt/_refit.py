@@ -11,6 +11,7 @@ from ._joint import add_hessian_row, round_steps
 from ._kernels import (
     NONE,
     add_round,
+    advance_row,
     l2_term,
     leaf_step,
     round_sizes,
@@ -128,8 +129,8 @@ def refit_one(  # noqa: C901 -- one loop nest over rounds and steps, with the ba
     changed data.
 
     ``row_only`` (see :func:`row_only`): no leaf is summed anew, so only row ``i0``'s margins are
-    followed, in ``work`` (n, K; holding ``A0``, restored on return): O(leaves) per round instead
-    of O(n).
+    followed, in ``work`` (n, K; holding ``A0``; the caller restores row ``i0``): O(leaves) per
+    round instead of O(n).
     """
     n, K = A0.shape
     A = work if row_only else A0.copy()
@@ -220,12 +221,9 @@ def refit_one(  # noqa: C901 -- one loop nest over rounds and steps, with the ba
                     gl = tb.leaf_off[t] + tb.leaf[t, j]
                     delta[j, c] += out[gl] - tb.values[gl]
         if row_only:
-            for t in range(t0, t1):
-                A[i0, tb.out[t]] += tb.stored[tb.leaf_off[t] + tb.leaf[t, i0]]
+            advance_row(tb, r, A, i0)
         else:
             add_round(tb, r, A, tb.stored, 1.0)
-    if row_only:
-        A[i0, :] = A0[i0, :]
     return out
 
 
@@ -255,4 +253,6 @@ def refit_many(
     for b in range(rows.shape[0]):
         fast = row_only(tb, mode, changed[b])
         out[b, :] = refit_one(tb, A0, rows[b], mode, k, shift[b], fac_new[b], changed[b], work, fast)
+        if fast:
+            work[rows[b]] = A0[rows[b]]
     return out
