@@ -301,7 +301,9 @@ class BoostingInfluence:
         ndarray of shape (n_scored, n_test), or (n_scored,) when aggregated, float64.
             When ``fit`` was given a DataFrame: a DataFrame indexed by the training rows' own index
             labels, with the test points' index (or 0 .. n_test-1) as columns; a Series named
-            ``score`` when aggregated (see :mod:`influence_gbdt.results`).
+            ``score`` when aggregated (see :mod:`influence_gbdt.results`). When ``fit`` was given
+            Dask collections: a Dask array chunked like the training set, or, with
+            ``training_points``, an ndarray (see :mod:`influence_gbdt.distributed`).
 
         Raises
         ------
