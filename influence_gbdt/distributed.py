@@ -57,6 +57,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike, NDArray
+from tqdm.auto import tqdm
 
 from . import _jit as numba
 from ._base import BaseMargin
@@ -85,6 +86,7 @@ from ._tables import Tables
 from .engine import (
     _REVERSE_BATCH_BYTES,
     InfluenceEngine,
+    Progress,
     TestPoints,
     UpdateSet,
     _check_aggregate,
@@ -339,7 +341,7 @@ class DistributedEngine:
     def leaf_influence(
         self, test: TestPoints, rows: ArrayLike | None = None, update_set: UpdateSet = "all_points",
         k: int | None = None, on: str = "loss", aggregate: str | None = None, refit_base: bool = True,
-        output: int | None = None, batch_size: int = 64,
+        output: int | None = None, batch_size: int = 64, progress: Progress = None,
     ) -> Any:
         """LeafInfluence of training rows: ``all_points`` exactly by the distributed reverse sweep
         (every row; ``rows`` selects from it), ``single_point`` by forward mode on each row's own
@@ -357,7 +359,11 @@ class DistributedEngine:
         on, aggregate, refit_base, output : as :meth:`InfluenceEngine.influence_reverse`.
         batch_size : int
             Most test points swept together (fewer where a partition's adjoints would exceed the
-            engine's reverse-mode batch memory).
+            engine's reverse-mode batch memory); for top_k_leaves, most rows per graph.
+        progress : callable, optional
+            Called with the number of rows finished after each graph of chosen rows (top_k_leaves,
+            LeafRefit's all_points); the lazy results of every row report through Dask's own
+            diagnostics instead.
 
         Returns
         -------
@@ -370,7 +376,7 @@ class DistributedEngine:
             return self._local("leaf_influence", test, rows, on, aggregate, refit_base, output)
         if update_set == "top_k_leaves":
             return self._propagated_scores(test, rows, k_, on, aggregate, refit_base, output, batch_size,
-                                           refit=False)
+                                           progress, refit=False)
         scores = self._influence_every_row(test, on, aggregate, refit_base, output, batch_size)
         if rows is None:
             return scores
@@ -379,7 +385,7 @@ class DistributedEngine:
     def leaf_refit(
         self, test: TestPoints, rows: ArrayLike | None = None, update_set: UpdateSet = "all_points",
         k: int | None = None, on: str = "loss", aggregate: str | None = None, refit_base: bool = True,
-        output: int | None = None, batch_size: int = 64,
+        output: int | None = None, batch_size: int = 64, progress: Progress = None,
     ) -> Any:
         """LeafRefit scores of training rows (structure fixed, each row deleted in turn).
 
@@ -395,7 +401,7 @@ class DistributedEngine:
         if update_set == "single_point":
             return self._local("leaf_refit", test, rows, on, aggregate, refit_base, output)
         return self._propagated_scores(test, rows, k_, on, aggregate, refit_base, output, batch_size,
-                                       refit=True)
+                                       progress, refit=True)
 
     def _check_update_set(self, update_set: str, k: int | None) -> int:
         """The update set's ``k`` for the leaf selection (0: all_points), checked."""
@@ -520,7 +526,7 @@ class DistributedEngine:
 
     def _propagated_scores(self, test: TestPoints, rows: ArrayLike | None, k: int, on: str,
                            aggregate: str | None, refit_base: bool, output: int | None,
-                           batch_size: int, refit: bool) -> NDArray[np.float64]:
+                           batch_size: int, progress: Progress, refit: bool) -> NDArray[np.float64]:
         """LeafRefit (``refit``) or forward-mode LeafInfluence of the chosen ``rows`` with a
         data-wide update set (all_points: ``k`` = 0, or top_k_leaves), in batches of deleted rows
         (fewer than ``batch_size`` where a partition's margin changes would exceed the engine's
@@ -547,6 +553,8 @@ class DistributedEngine:
             scores = (head.refit_scores(values, base, leaves, f_test, y, column) if coef is None
                       else head.forward_scores(values, base, leaves, coef))
             out.append(scores if aggregate is None else getattr(scores, aggregate)(axis=1))
+            if progress is not None:
+                progress(scores.shape[0])
         if not out:
             return np.empty((0,) if aggregate else (0, leaves.shape[1]))
         return np.concatenate(out, axis=0)
@@ -654,5 +662,9 @@ def score_explainer(explainer: Any, X: Any, y: Any, aggregate: str | None, train
     engine: DistributedEngine = explainer.engine_
     test = explainer._test_points(gather_test(X), gather_test(y), on, gather_test(init_score))
     scorer = engine.leaf_influence if explainer.method == "leaf_influence" else engine.leaf_refit
-    return scorer(test, rows=training_points, update_set=explainer.update_set, k=explainer.k, on=on,
-                  aggregate=aggregate, refit_base=explainer.base_score == "refit", output=output)
+    total = None if training_points is None else resolve_rows(training_points, engine.n_rows).size
+    with tqdm(total=total, disable=not explainer.progress or total is None, unit="row", leave=False,
+              desc=f"{explainer.method} ({explainer.update_set}) on Dask") as bar:
+        return scorer(test, rows=training_points, update_set=explainer.update_set, k=explainer.k, on=on,
+                      aggregate=aggregate, refit_base=explainer.base_score == "refit", output=output,
+                      progress=bar.update)
