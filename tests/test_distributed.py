@@ -75,6 +75,9 @@ def test_xgboost_classifier(client: Any) -> None:
     scores = dist.score_training_points(X_test, y_test)
     assert isinstance(scores, da.Array) and scores.chunks[0] == dist.engine_.chunks
     _close(scores, local.score_training_points(X_test, y_test))
+    rows = [5, -1, 2000]  # chosen rows: taken from the sweep of every row, an ndarray
+    _close(dist.score_training_points(X_test, y_test, training_points=rows),
+           local.score_training_points(X_test, y_test, training_points=rows))
     _close(dist.score_training_points(X_test, y_test, aggregate="mean"),
            local.score_training_points(X_test, y_test, aggregate="mean"))
     _close(dist.score_training_points(dd.from_pandas(X_test, npartitions=2), on="prediction"),
