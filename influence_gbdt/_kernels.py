@@ -128,15 +128,28 @@ def select_leaves(
     selected[:L] = False
     if mode == TOPK and k > 0:
         mass = np.zeros(L)
-        for j in range(tb.leaf.shape[1]):
-            acc = 0.0
-            for c in range(change.shape[1]):
-                acc += abs(change[j, c])
-            mass[tb.leaf[t, j]] += acc
-        order = np.argsort(-mass, kind="mergesort")
-        for r in range(k):
-            selected[order[r]] = True
+        add_leaf_mass(tb, t, change, mass)
+        mark_top(mass, k, selected)
     return False
+
+
+@_jit
+def add_leaf_mass(tb: Tables, t: int, change: NDArray[np.float64], mass: NDArray[np.float64]) -> None:
+    """Add to ``mass`` (leaves of tree ``t``) each leaf's ``sum_j sum_c |change[j, c]|`` over its
+    rows: what TOPK ranks leaves by (``change`` (n, K), these tables' rows)."""
+    for j in range(change.shape[0]):
+        acc = 0.0
+        for c in range(change.shape[1]):
+            acc += abs(change[j, c])
+        mass[tb.leaf[t, j]] += acc
+
+
+@_jit
+def mark_top(mass: NDArray[np.float64], k: int, selected: NDArray[np.bool_]) -> None:
+    """Mark in ``selected`` the ``k`` leaves of largest ``mass`` (ties: lower leaf first)."""
+    order = np.argsort(-mass, kind="mergesort")
+    for r in range(k):
+        selected[order[r]] = True
 
 
 @_per_row

@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 from . import _jit as numba
 from ._base import BaseMargin
 from ._forward import add_row_share
-from ._kernels import add_round, round_sizes, step_point
+from ._kernels import add_leaf_mass, add_round, round_sizes, step_point
 from ._refit import refit_round_sums
 from ._reverse import gather_adjoints, row_adjoints
 from ._tables import Tables
@@ -270,13 +270,9 @@ def _leaf_mass(tb: Tables, r: int, change: NDArray[np.float64], out: NDArray[np.
     for the trees of round ``r`` (the ranking of :func:`~influence_gbdt._kernels.select_leaves`)."""
     rl0 = tb.leaf_off[tb.round_ptr[r]]
     for t in range(tb.round_ptr[r], tb.round_ptr[r + 1]):
-        base = tb.leaf_off[t] - rl0
+        lo, hi = tb.leaf_off[t] - rl0, tb.leaf_off[t + 1] - rl0
         for b in range(change.shape[0]):
-            for j in range(change.shape[1]):
-                acc = 0.0
-                for c in range(change.shape[2]):
-                    acc += abs(change[b, j, c])
-                out[b, base + tb.leaf[t, j]] += acc
+            add_leaf_mass(tb, t, change[b], out[b, lo:hi])
 
 
 def refit_sums(state: State, part: Partition, r: int,

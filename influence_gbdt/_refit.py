@@ -119,7 +119,7 @@ def refit_round_steps(
 def refit_one(  # noqa: C901 -- one loop nest over rounds and steps, with the backtracking walk
     tb: Tables, A0: NDArray[np.float64], i0: int, mode: int, k: int,
     shift: NDArray[np.float64], fac_new: NDArray[np.float64], changed: bool,
-    work: NDArray[np.float64], row_only: bool,
+    work: NDArray[np.float64], row_only: bool, w_sum: float,
 ) -> NDArray[np.float64]:
     """New leaf values, shape (n_total,), with row ``i0`` deleted.
 
@@ -128,9 +128,9 @@ def refit_one(  # noqa: C901 -- one loop nest over rounds and steps, with the ba
     differ from the original ones). A backtracking tree re-decides which steps it accepts on the
     changed data.
 
-    ``row_only`` (see :func:`row_only`): no leaf is summed anew, so only row ``i0``'s margins are
-    followed, in ``work`` (n, K; holding ``A0``; the caller restores row ``i0``): O(leaves) per
-    round instead of O(n).
+    ``row_only`` (see :func:`reads_one_row`): no leaf is summed anew, so only row ``i0``'s margins
+    are followed, in ``work`` (n, K; holding ``A0``; the caller restores row ``i0``), and the mean
+    weight comes from ``w_sum`` (the sum of ``tb.w``): O(leaves) per round instead of O(n).
     """
     n, K = A0.shape
     A = work if row_only else A0.copy()
@@ -139,7 +139,7 @@ def refit_one(  # noqa: C901 -- one loop nest over rounds and steps, with the ba
     delta[:, :] = shift
     if row_only:  # no leaf is summed anew: the weights are read for row i0's share only
         w_new = tb.w
-        mean_w = (tb.w_sum[0] - tb.w[i0] + tb.outside[0]) / (n + tb.outside[1] - 1)
+        mean_w = (w_sum - tb.w[i0] + tb.outside[0]) / (n + tb.outside[1] - 1)
     else:
         w_new = tb.w.copy()
         if changed:
@@ -228,12 +228,12 @@ def refit_one(  # noqa: C901 -- one loop nest over rounds and steps, with the ba
 
 
 @numba.njit(cache=True, nogil=True)
-def row_only(tb: Tables, mode: int, changed: bool) -> bool:
-    """Whether a deletion re-sums no leaf, so that :func:`refit_one` needs only the deleted row's
-    margins: single_point (no other row's change propagated), class factors unchanged, and every
-    tree one step, neither renewed nor backtracking (whose later steps and objectives read every
-    row of a leaf)."""
-    if mode != NONE or changed:
+def reads_one_row(tb: Tables, mode: int) -> bool:
+    """Whether a deletion whose class factors stay unchanged re-sums no leaf, so that
+    :func:`refit_one` needs only the deleted row's margins: single_point (no other row's change
+    propagated) and every tree one step, neither renewed nor backtracking (whose later steps and
+    objectives read every row of a leaf)."""
+    if mode != NONE:
         return False
     for t in range(tb.n_steps.shape[0]):
         if tb.renew[t] or tb.backtrack[t] or tb.n_steps[t] != 1:
@@ -249,10 +249,13 @@ def refit_many(
     """:func:`refit_one` for each of ``rows`` (B,); ``shift`` (B, K), ``fac_new`` (B, 2, G),
     ``changed`` (B,). Returns (B, n_total)."""
     out = np.empty((rows.shape[0], tb.leaf_off[-1]))
-    work = A0.copy() if row_only(tb, mode, False) else np.empty((0, A0.shape[1]))
+    one_row = reads_one_row(tb, mode)
+    work = A0.copy() if one_row else np.empty((0, A0.shape[1]))
+    w_sum = tb.w.sum()
     for b in range(rows.shape[0]):
-        fast = row_only(tb, mode, changed[b])
-        out[b, :] = refit_one(tb, A0, rows[b], mode, k, shift[b], fac_new[b], changed[b], work, fast)
+        fast = one_row and not changed[b]
+        out[b, :] = refit_one(tb, A0, rows[b], mode, k, shift[b], fac_new[b], changed[b], work, fast,
+                              w_sum)
         if fast:
             work[rows[b]] = A0[rows[b]]
     return out

@@ -71,7 +71,6 @@ class Tables(NamedTuple):
     ofac: NDArray[np.float64]  # (G,) objective factors
     f32w: bool  # dataset weights v * dfac rounded to float32
     w: NDArray[np.float64]  # (n,) effective weights R(v * dfac[grp]) * ofac[grp]
-    w_sum: NDArray[np.float64]  # (1,) sum of w
     outside: NDArray[np.float64]  # (2,) weight sum and row count of training rows these tables do
     # not hold (a Dask partition's engine, influence_gbdt.distributed); zeros on one machine
     code: int  # loss code
@@ -203,8 +202,7 @@ def build_tables(e: TreeEnsemble, group_sums: bool, cache_slots: int = 0, sort_r
         step_ptr=step_ptr, sl_off=sl_off, rows_by_leaf=rows_by_leaf,
         leaf_first=leaf_first, leaf_count=leaf_count, y=e.y, v=e.user_weight, grp=e.weight_group,
         dfac=e.dataset_factor, ofac=e.objective_factor, f32w=e.float32_weights,
-        w=np.ascontiguousarray(e.sample_weight), w_sum=np.array([np.sum(e.sample_weight)]),
-        outside=np.zeros(2), code=e.loss.code,
+        w=np.ascontiguousarray(e.sample_weight), outside=np.zeros(2), code=e.loss.code,
         prm=e.loss.prm, zsize=e.loss.state_size, K=e.n_outputs, f32=e.float32_gradients,
         stored=e.leaf_values,
         values=np.empty(e.n_total_leaves), u_before=np.zeros(n_sl), G=np.zeros(n_sl),

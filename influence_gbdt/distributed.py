@@ -61,7 +61,7 @@ from tqdm.auto import tqdm
 
 from . import _jit as numba
 from ._base import BaseMargin
-from ._kernels import _replay_steps, round_sizes
+from ._kernels import _replay_steps, mark_top, round_sizes
 from ._partition import (
     LIBRARIES,
     Partition,
@@ -159,13 +159,13 @@ def _select(head: InfluenceEngine, r: int, k: int, B: int, *masses: NDArray[np.f
     mass = _add(*masses)
     every = True
     for t in range(t0, t1):
-        a, b = tb.leaf_off[t] - rl0, tb.leaf_off[t + 1] - rl0
-        if k >= b - a:
+        lo, hi = tb.leaf_off[t] - rl0, tb.leaf_off[t + 1] - rl0
+        if k >= hi - lo:
             continue
         every = False
-        order = np.argsort(-mass[:, a:b], axis=1, kind="mergesort")[:, :k]
-        chosen[:, a:b] = False
-        np.put_along_axis(chosen[:, a:b], order, True, axis=1)
+        chosen[:, lo:hi] = False
+        for b in range(B):  # as select_leaves ranks them, on the summed masses
+            mark_top(mass[b, lo:hi], k, chosen[b, lo:hi])
     return chosen, np.full(B, every)
 
 
@@ -371,7 +371,7 @@ class DistributedEngine:
         chunked by the training set's partitions. Selected rows: an ndarray (len(rows), m) or
         (len(rows),). > 0 = harmful.
         """
-        k_ = self._check_update_set(update_set, k)
+        k_ = self.head._mode(update_set, k)[1]  # top_k_leaves' k, 0 for the others (checked)
         if update_set == "single_point":
             return self._local("leaf_influence", test, rows, on, aggregate, refit_base, output)
         if update_set == "top_k_leaves":
@@ -397,22 +397,11 @@ class DistributedEngine:
 
         Parameters and return as :meth:`leaf_influence`.
         """
-        k_ = self._check_update_set(update_set, k)
+        k_ = self.head._mode(update_set, k)[1]  # top_k_leaves' k, 0 for the others (checked)
         if update_set == "single_point":
             return self._local("leaf_refit", test, rows, on, aggregate, refit_base, output)
         return self._propagated_scores(test, rows, k_, on, aggregate, refit_base, output, batch_size,
                                        progress, refit=True)
-
-    def _check_update_set(self, update_set: str, k: int | None) -> int:
-        """The update set's ``k`` for the leaf selection (0: all_points), checked."""
-        if update_set not in ("all_points", "single_point", "top_k_leaves"):
-            raise InputError(
-                f"update_set must be 'all_points', 'single_point' or 'top_k_leaves', got {update_set!r}.")
-        if update_set != "top_k_leaves":
-            return 0
-        if k is None or int(k) < 1:
-            raise InputError("update_set='top_k_leaves' needs k >= 1 (leaves updated per tree).")
-        return int(k)
 
     def _by_partition(self, idx: NDArray[np.int64]) -> list[tuple[int, NDArray[np.int64], NDArray[np.int64]]]:
         """(partition, its local rows, their positions in ``idx``) for every partition holding some
