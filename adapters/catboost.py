@@ -51,7 +51,9 @@ permutation. :mod:`adapters.catboost_ctr` rebuilds the leaf every training row v
 leaf values were estimated (CPU, symmetric trees, Borders and Counter CTRs, Plain and Ordered,
 Logloss and RMSE); test rows get ``calc_leaf_indexes`` (the final CTR tables, what ``predict``
 uses). CatBoost also sums the AnyImprovement objective in averaging-fold order, which float32
-near-ties depend on: the description carries that order (``objective_order``). Pass the training
+near-ties depend on: the description carries that order (``objective_order``). A model whose
+categorical features are all one-hot encoded (no CTRs) still shuffles its learn set and sums the
+objective in that shuffled order. Pass the training
 rows in training order, categorical values as trained: the order fixes the permutations. Other
 CTR settings are refused by name.
 
@@ -318,6 +320,12 @@ class CatBoostAdapter(BoosterAdapter):
         if self._ctr:
             learn_w = _f32(user_w * class_weights[groups])
             leaf_index, order = self._ctr_training_leaves(X, labels, leaf_index, learn_w)
+        elif len(self.model.get_cat_feature_indices()):
+            # Categorical features shuffle the learn set even when every one is one-hot encoded,
+            # and the backtracking objective is summed in that order (measured: summed in data
+            # order, CatBoostClassifier(one_hot_max_size=255) on Adult decides 1-3 of its ~10,000
+            # tries otherwise; in shuffled order every tree is reproduced to 3e-15).
+            order = catboost_ctr.fold_permutations(n, self._p)[0]
         counts = np.asarray(self.model.get_tree_leaf_counts(), dtype=np.int64)
         scale, bias = self.model.get_scale_and_bias()
         values = np.asarray(self.model.get_leaf_values(), dtype=np.float64) * float(scale)

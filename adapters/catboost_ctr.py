@@ -172,13 +172,16 @@ class CatBoostRng:
 
 
 def fold_permutations(n: int, params: Mapping[str, Any]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """The learn-set shuffle and the averaging fold of a model with CTRs and ``n`` learn rows.
+    """The learn-set shuffle and the averaging fold of a model with categorical features and ``n``
+    learn rows.
 
     Returns
     -------
     learn_shuffle, averaging : ndarray of shape (n,), int64
-        Original row index at each position: of the shuffled learn set, and of the averaging fold
-        (whose leaves and online CTRs give every tree's leaf values).
+        Original row index at each position: of the shuffled learn set (the order CatBoost sums the
+        backtracking objective in when no feature is encoded with CTRs), and of the averaging fold
+        (whose leaves and online CTRs give every tree's leaf values, and whose order the objective
+        is summed in when there are CTRs).
     """
     if params.get("has_time", False):
         identity = np.arange(n)
