@@ -44,6 +44,24 @@ def check_numeric_params(library: str, params: Mapping[str, Any], keys: Iterable
             raise InputError(f"{library} parameter {key!r} must be a finite number, got {params[key]!r}.")
 
 
+def target_matrix(y: ArrayLike, n_targets: int) -> NDArray[np.float64]:
+    """The targets of a multi-target regressor as an ndarray of shape (n, n_targets), float64.
+
+    Raises
+    ------
+    InputError
+        On another shape or non-numeric values.
+    """
+    arr = np.asarray(y)
+    if arr.ndim != 2 or arr.shape[1] != n_targets:
+        raise InputError(f"y must have shape (n, {n_targets}) for this {n_targets}-target model (one column "
+                         f"per target), got {arr.shape}.")
+    try:
+        return arr.astype(np.float64)
+    except (TypeError, ValueError):
+        raise InputError(f"y must hold numeric targets, got values like {arr[:1].tolist()}.") from None
+
+
 class BoosterAdapter(ABC):
     """Base class of the per-library adapters.
 
@@ -91,9 +109,12 @@ class BoosterAdapter(ABC):
         n = n_rows(X)
         if init_score is None:
             return np.zeros(n)
-        offset = np.asarray(init_score, dtype=np.float64).ravel()
+        offset = np.asarray(init_score, dtype=np.float64)
+        if offset.ndim == 2 and offset.shape[1] == 1:
+            offset = offset[:, 0]
         if offset.shape != (n,):
-            raise InputError(f"init_score must have one value per row ({n}), got shape {offset.shape}.")
+            raise InputError(f"init_score must have shape ({n},) (one value per row) for this single-output "
+                             f"model, got {offset.shape}.")
         return offset
 
     def label_map(self) -> LabelMap:

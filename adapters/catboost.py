@@ -95,7 +95,7 @@ from influence_gbdt.losses import Loss
 from influence_gbdt.tabular import n_rows
 
 from . import catboost_ctr
-from .base import BoosterAdapter
+from .base import BoosterAdapter, target_matrix
 from .catboost_objectives import CatBoostObjective, parse_objective
 
 #: Relative residual up to which every tree may differ by rounding alone (float32 epsilon ~1.2e-7;
@@ -274,18 +274,16 @@ class CatBoostAdapter(BoosterAdapter):
             return LabelMap(classes=tuple(names), source="CatBoost class_names")
         return LabelMap(binary=True, source="The CatBoost model")
 
+    def encode_labels(self, y: ArrayLike) -> NDArray[np.float64]:
+        """Labels as the loss sees them: shape (n, K) numbers for a MultiRMSE model's K targets, else
+        as :meth:`BoosterAdapter.encode_labels`."""
+        if self.objective.kind == "multi_target":
+            return target_matrix(y, self.n_outputs)
+        return super().encode_labels(y)
+
     def _labels(self, y: ArrayLike) -> NDArray[np.float64]:
         """Labels as CatBoost trains on them (float32; classes as class indices), shape (n,), or
         (n, K) for multi-target regression."""
-        if self.objective.kind == "multi_target":
-            arr = np.asarray(y)
-            if arr.ndim != 2 or arr.shape[1] != self.n_outputs:
-                raise InputError(f"y must have shape (n, {self.n_outputs}) for this {self.objective.name} "
-                                 f"model (one column per target), got {arr.shape}.")
-            try:
-                return _f32(arr.astype(np.float64))
-            except (TypeError, ValueError):
-                raise InputError("y must hold numeric targets for a MultiRMSE model.") from None
         return _f32(self.encode_labels(y))
 
     def describe(
@@ -355,7 +353,7 @@ class CatBoostAdapter(BoosterAdapter):
             base_rule=("quantile" if o.renewed else "mean") if from_average else "fixed",
             init_offset=self.init_offset(X, init_score), y=labels, user_weight=user_w,
             weight_group=groups, dataset_factor=class_weights, float32_weights=True,
-            dataset_factor_without=without, float32_l2=K > 1 and newton,
+            dataset_factor_without=without, float32_l2=K > 1 and newton, float32_base=True,
         )
 
     def _ctr_training_leaves(

@@ -487,6 +487,7 @@ class LightGBMAdapter(BoosterAdapter):
             user_weight=user_w,
             float32_weights=True,
             float32_gradients=True,
+            float32_base=bool(self.objective.renewed),  # BoostFromScore's percentile is a float
             **classes,
         )
 

@@ -242,7 +242,7 @@ def resolve(header: str, param: Callable[[str, float], float], flags: dict[str, 
         "gamma": Loss("gamma"),
         "tweedie": Loss("tweedie", params={"power": param("tweedie_variance_power", 1.5)}),
         "binary": Loss("logloss", params={"sigma": param("sigmoid", 1.0)}),
-        "cross_entropy": Loss("logloss"),
+        "cross_entropy": Loss("logloss", params={"complement32": 1.0}),
     }
     if name not in losses:
         raise UnsupportedModelError(f"LightGBM objective {name!r} is not supported.")

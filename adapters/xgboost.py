@@ -85,7 +85,7 @@ from influence_gbdt.errors import InputError, ReproductionError, UnsupportedMode
 from influence_gbdt.labels import LabelMap
 from influence_gbdt.tabular import n_rows, take_rows
 
-from .base import BoosterAdapter, check_numeric_params
+from .base import BoosterAdapter, check_numeric_params, target_matrix
 from .xgboost_objectives import RT_EPS, Objective, objective_from_config, rounding_units
 
 #: Accepted ``params`` keys -> canonical name (XGBoost aliases included).
@@ -499,13 +499,7 @@ class XGBoostAdapter(BoosterAdapter):
         :meth:`BoosterAdapter.encode_labels`."""
         if self.loss != "multi_squared":
             return super().encode_labels(y)
-        arr = np.asarray(y, dtype=np.float64)
-        if arr.ndim != 2 or arr.shape[1] != self.n_outputs:
-            raise InputError(
-                f"y must have shape (n, {self.n_outputs}) for this {self.n_outputs}-target model, "
-                f"got {arr.shape}."
-            )
-        return arr
+        return target_matrix(y, self.n_outputs)
 
 
 def _dask_wrapper(model: Any) -> bool:

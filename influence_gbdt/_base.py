@@ -101,27 +101,28 @@ class BaseMargin:
 
         Where the deletion changes the dataset factors, each group's sums scale by new / old factor
         (exact up to the float32 rounding of the dataset weights). The difference is taken to the
-        *stored* margin: a retrained booster stores its new constant rounded as the old one was
-        (CatBoost: float32), so this matches true retraining to one rounding.
+        *stored* margin, and a booster that stores its base as float32 (``float32_base``: CatBoost's
+        bias, LightGBM's percentile) gets the new one rounded so, as retraining would store it.
         """
         e = self.ensemble
         if not self.refits:
             return np.zeros((idx.size, e.n_outputs))
         if e.base_rule == "quantile":
-            q = quantile_without(*self._quantile_args(), np.ascontiguousarray(idx, dtype=np.int64))
-            if e.quantile_method == "lightgbm":  # BoostFromScore returns its percentile as float32
-                q = q.astype(np.float32).astype(np.float64)
-            return (q - e.base_margin[0])[:, None]
-        own = np.zeros((idx.size, e.n_groups))
-        own[np.arange(idx.size), e.weight_group[idx]] = 1.0
-        d_i = e.dataset_weight[idx, None, None]
-        old = np.where(e.dataset_factor > 0, e.dataset_factor, 1.0)
-        scale = (np.ones((idx.size, e.n_groups)) if e.dataset_factor_without is None
-                 else e.dataset_factor_without[idx] / old[None, :])[:, :, None]
-        own3 = own[:, :, None]
-        num = ((self._P[None] - own3 * d_i * self._p[idx, None, :]) * scale).sum(1)
-        den = ((self._Q[None] - own3 * d_i * self._q[idx, None, :]) * scale).sum(1)
-        return self._map(num / den) - e.base_margin[None, :]
+            new = quantile_without(*self._quantile_args(), np.ascontiguousarray(idx, dtype=np.int64))[:, None]
+        else:
+            own = np.zeros((idx.size, e.n_groups))
+            own[np.arange(idx.size), e.weight_group[idx]] = 1.0
+            d_i = e.dataset_weight[idx, None, None]
+            old = np.where(e.dataset_factor > 0, e.dataset_factor, 1.0)
+            scale = (np.ones((idx.size, e.n_groups)) if e.dataset_factor_without is None
+                     else e.dataset_factor_without[idx] / old[None, :])[:, :, None]
+            own3 = own[:, :, None]
+            num = ((self._P[None] - own3 * d_i * self._p[idx, None, :]) * scale).sum(1)
+            den = ((self._Q[None] - own3 * d_i * self._q[idx, None, :]) * scale).sum(1)
+            new = self._map(num / den)
+        if e.float32_base:
+            new = new.astype(np.float32).astype(np.float64)
+        return new - e.base_margin[None, :]
 
     def derivative(self) -> NDArray[np.float64]:
         """d base margin / d v_i for every training row, shape (n, K) (zeros for a fixed base)."""

@@ -221,6 +221,10 @@ class TreeEnsemble:
     float32_l2 : bool
         Round the mean-weight L2 term ``l2_per_mean_weight * sum(w) / n`` to float32 (CatBoost's
         multi-dimensional leaves; replay and refit only, the rounding is not differentiated).
+    float32_base : bool
+        The booster stores its base margin as float32 (CatBoost's bias; LightGBM's ``BoostFromScore``
+        percentile of the L1 and quantile objectives): a base margin re-estimated without a row is
+        rounded so (refit only; the rounding is not differentiated).
     """
 
     leaf_index: NDArray[np.int32]
@@ -266,6 +270,7 @@ class TreeEnsemble:
     objective_factor_derivative: NDArray[np.float64] | None
     float32_gradients: bool
     float32_l2: bool
+    float32_base: bool
     leaf_offset: NDArray[np.int64] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -406,6 +411,7 @@ class TreeEnsemble:
         objective_factor_derivative: ArrayLike | None = None,
         float32_gradients: bool = False,
         float32_l2: bool = False,
+        float32_base: bool = False,
     ) -> TreeEnsemble:
         """Validate and normalize the description; scalars broadcast over trees, leaves or rows.
 
@@ -456,7 +462,7 @@ class TreeEnsemble:
         dataset_factor_without, objective_factor_without : (n, G), optional
         dataset_factor_derivative, objective_factor_derivative : (n, G), optional
             See the class attributes.
-        float32_gradients, float32_l2 : bool
+        float32_gradients, float32_l2, float32_base : bool
 
         Raises
         ------
@@ -580,7 +586,9 @@ class TreeEnsemble:
                   else np.ascontiguousarray(np.asarray(weight_group, dtype=np.int64)))
         if groups.shape != (n_rows,) or groups.min() < 0:
             raise InputError(f"weight_group must hold ({n_rows},) non-negative group numbers.")
-        n_groups = int(groups.max()) + 1
+        # A group may hold no row (a class that never occurs in y): the factors say how many there are.
+        n_groups = max([int(groups.max()) + 1] + [np.size(f) for f in (dataset_factor, objective_factor)
+                                                  if f is not None and np.ndim(f) == 1])
         data_f = _per_row("dataset_factor", dataset_factor, (n_groups,), 1.0)
         obj_f = _per_row("objective_factor", objective_factor, (n_groups,), 1.0)
         if data_f.min() < 0 or obj_f.min() < 0:
@@ -643,6 +651,7 @@ class TreeEnsemble:
                 "objective_factor_derivative", objective_factor_derivative, table),
             float32_gradients=bool(float32_gradients),
             float32_l2=bool(float32_l2),
+            float32_base=bool(float32_base),
         )
 
 

@@ -237,9 +237,9 @@ class BoostingInfluence:
         X = check_table(X, "X")
         n = n_rows(X)
         index = X.index if isinstance(X, pd.DataFrame) else None
-        labels = check_rows(y, n, "y", index, numeric=False)
+        labels = check_rows(y, n, "y", index, numeric=False, columns=True)
         weights = None if sample_weight is None else check_rows(sample_weight, n, "sample_weight", index)
-        offsets = None if init_score is None else check_rows(init_score, n, "init_score", index)
+        offsets = None if init_score is None else check_rows(init_score, n, "init_score", index, columns=True)
         adapter = adapter_for(self.model, self.params)
         adapter.check_features(X)
         fit_bytes = self._check_fit_memory(adapter, X, n)
@@ -484,8 +484,8 @@ class BoostingInfluence:
                 raise InputError(
                     "Scoring the test loss needs y; pass on='prediction' to score without labels."
                 )
-            labels = self.adapter_.encode_labels(check_rows(y, m, "y", index, numeric=False))
-        offsets = None if init_score is None else check_rows(init_score, m, "init_score", index)
+            labels = self.adapter_.encode_labels(check_rows(y, m, "y", index, numeric=False, columns=True))
+        offsets = None if init_score is None else check_rows(init_score, m, "init_score", index, columns=True)
         return TestPoints(self.adapter_.leaf_indices(X), self.adapter_.init_offset(X, offsets), labels)
 
     def _output_index(self, on: str, output: Any) -> int | None:

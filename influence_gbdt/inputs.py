@@ -101,13 +101,18 @@ def check_table(X: Any, what: str = "X") -> Any:
 
 
 def check_rows(
-    values: Any, n: int, what: str, index: pd.Index | None = None, numeric: bool = True
+    values: Any, n: int, what: str, index: pd.Index | None = None, numeric: bool = True,
+    columns: bool = False,
 ) -> NDArray[Any]:
-    """A per-row argument (``y``, ``sample_weight``, ``init_score``) as an ndarray of shape (n,).
+    """A per-row argument (``y``, ``sample_weight``, ``init_score``) as an ndarray of shape (n,),
+    or (n, k) where ``columns`` allows one value per row and output.
 
     Parameters
     ----------
     values : array-like of shape (n,) or (n, 1), Series or one-column DataFrame
+        With ``columns``: also of shape (n, k) or a DataFrame of k columns (a multi-target
+        regressor's targets, a multi-output model's per-output initial margins); the adapter
+        checks that ``k`` is the model's number of outputs.
     n : int
         Number of rows of ``X``.
     what : str
@@ -117,6 +122,8 @@ def check_rows(
     numeric : bool
         Cast to float64 and refuse NaN and infinite values (labels stay as given: see
         :class:`~influence_gbdt.labels.LabelMap`).
+    columns : bool
+        Accept several values per row.
 
     Raises
     ------
@@ -124,7 +131,7 @@ def check_rows(
         Wrong length or shape, misaligned pandas index, non-numeric or non-finite values.
     """
     if isinstance(values, (pd.Series, pd.DataFrame)):
-        if isinstance(values, pd.DataFrame):
+        if isinstance(values, pd.DataFrame) and not (columns and values.shape[1] > 1):
             if values.shape[1] != 1:
                 raise InputError(f"{what} must be one column, got a DataFrame of {values.shape[1]} columns.")
             values = values.iloc[:, 0]
@@ -141,8 +148,10 @@ def check_rows(
         arr = np.asarray(values)
     if arr.ndim == 2 and arr.shape[1] == 1:
         arr = arr.ravel()
-    if arr.shape != (n,):
-        raise InputError(f"X has {n} rows but {what} has shape {arr.shape}: pass one value per row.")
+    several = columns and arr.ndim == 2 and arr.shape[0] == n
+    if arr.shape != (n,) and not several:
+        raise InputError(f"X has {n} rows but {what} has shape {arr.shape}: pass one value per row"
+                         + (" (or one row of values per row)." if columns else "."))
     if not numeric:
         return arr
     try:

@@ -28,6 +28,8 @@ at a perfect prediction (the negative log-likelihood up to a constant in ``y``):
 name                loss (r = m - y; p = sigmoid or softmax)         booster hessian h
 ==================  ==============================================  ============================
 ``logloss``         log(1 + e^(s m)) - y s m, labels in [0, 1]      s^2 p(1-p); s = ``sigma``
+                    (``complement32`` = 1: the booster's gradient is
+                    p f32(1 - y) - (1 - p) y, LightGBM's cross_entropy)
 ``squared_error``   r^2 / 2                                         1
 ``poisson``         e^m - y m - (y - y log y)                       e^(m + ``hessian_log_shift``)
 ``gamma``           y e^-m + m - 1 - log y, y > 0                   y e^-m
@@ -72,7 +74,7 @@ _jit = numba.njit(cache=True, nogil=True)
 
 #: name -> (code, parameter names with defaults, multi-output, point size (None = K))
 _SPECS: dict[str, tuple[int, dict[str, float], bool, int | None]] = {
-    "logloss": (LOGLOSS, {"sigma": 1.0}, False, 2),
+    "logloss": (LOGLOSS, {"sigma": 1.0, "complement32": 0.0}, False, 2),
     "squared_error": (SQUARED_ERROR, {}, False, 1),
     "poisson": (POISSON, {"hessian_log_shift": 0.0}, False, 1),
     "gamma": (GAMMA, {}, False, 1),
@@ -88,6 +90,10 @@ _SPECS: dict[str, tuple[int, dict[str, float], bool, int | None]] = {
 LOSSES: tuple[str, ...] = tuple(_SPECS)
 #: Mean links (boost_from_average): how a weighted label mean becomes a starting margin.
 LINKS: tuple[str, ...] = ("identity", "logit", "log", "log_share", "log_share_centered")
+#: Floor of a class share under the ``log_share`` link: LightGBM's ``kEpsilon`` (``1e-15f``, a float,
+#: so 1.0000000036e-15), which its multiclass init score ``log(max(kEpsilon, share))`` uses. A class
+#: that never occurs in the labels starts at log of this.
+SHARE_FLOOR = float(np.float32(1e-15))
 
 
 @dataclass(frozen=True)
@@ -212,7 +218,7 @@ class Loss:
 
         ``mean`` has shape (B,) (one output) or (B, K). ``identity``: the mean; ``logit``:
         log(mean / (1 - mean)) / sigma with the mean clipped to [1e-15, 1 - 1e-15]; ``log``: log of
-        the mean; ``log_share``: log(max(share, 1e-15)) per class; ``log_share_centered``:
+        the mean; ``log_share``: log(max(share, :data:`SHARE_FLOOR`)) per class; ``log_share_centered``:
         log(share + 1e-6) minus its mean over the classes.
         """
         link = link or self.default_link
@@ -223,7 +229,7 @@ class Loss:
             with np.errstate(divide="ignore"):
                 return np.log(mean)
         if link == "log_share":
-            return np.log(np.maximum(mean, 1e-15))
+            return np.log(np.maximum(mean, SHARE_FLOOR))
         if link == "log_share_centered":
             out = np.log(mean + 1e-6)
             return out - out.mean(axis=-1, keepdims=True)
@@ -241,7 +247,8 @@ class Loss:
         if link == "log":
             return np.diag(1.0 / mean)
         if link == "log_share":
-            return np.diag(np.where(mean > 1e-15, 1.0 / np.where(mean > 1e-15, mean, 1.0), 0.0))
+            inside = mean > SHARE_FLOOR
+            return np.diag(np.where(inside, 1.0 / np.where(inside, mean, 1.0), 0.0))
         if link == "log_share_centered":
             d = np.diag(1.0 / (mean + 1e-6))
             return d - d.mean(axis=0, keepdims=True)
@@ -259,6 +266,7 @@ def _check_params(name: str, p: dict[str, float]) -> None:
         "factor": (lambda v: v > 0, "> 0"),
         "outside_hessian": (lambda v: v >= 0, ">= 0"),
         "closed": (lambda v: v in (0.0, 1.0), "0 or 1"),
+        "complement32": (lambda v: v in (0.0, 1.0), "0 or 1"),
         "hessian_log_shift": (lambda v: math.isfinite(v), "finite"),
     }
     for key, value in p.items():
@@ -357,7 +365,10 @@ def _scalar(
     if code == LOGLOSS:
         s = prm[1]
         v = z0 * z1
-        return s * (z0 - y), s * s * v, s * s * v, s * s * s * v * (z1 - z0)
+        # LightGBM's cross_entropy computes ((1.0f - y) - y e^-m) / (1 + e^-m) with 1 - y rounded
+        # to float32 (its labels are float32, so 1.0 - y is exact before the rounding).
+        g = z0 * np.float64(np.float32(1.0 - y)) - z1 * y if prm[2] > 0.0 else z0 - y
+        return s * g, s * s * v, s * s * v, s * s * s * v * (z1 - z0)
     if code == SQUARED_ERROR:
         return z0 - y, 1.0, 1.0, 0.0
     if code == POISSON:

@@ -83,11 +83,9 @@ def test_objectives_reproduce_lightgbm(data, name, weighted):
     y, w = data[OBJECTIVES[name][1]], data["w"] if weighted else None
     model = model_of(name, n_estimators=30, num_leaves=8, verbose=-1).fit(data["X"], y, sample_weight=w)
     _, engine = assert_explains_predict(model, data["X"], data["Xt"], y, w)
-    # Measured <= 3e-16 (stored-margin check, float32 gradients and labels mirrored), except
-    # cross_entropy: LightGBM computes its gradient as (f32(1 - y) - y e^-m) / (1 + e^-m), with 1 - y
-    # rounded to float32, the engine as p - y: 2.3e-8 here (labels with 24 significant bits), below
-    # the adapter's rtol 3e-8 -- close to it (see the adapter's note).
-    assert engine.relative_residual < (LightGBMAdapter.rtol if name == "cross_entropy" else 1e-13)
+    # Measured <= 3e-16 (stored-margin check, float32 gradients and labels mirrored; cross_entropy
+    # with LightGBM's gradient (f32(1 - y) - y e^-m) / (1 + e^-m): 2.3e-8 as p - y).
+    assert engine.relative_residual < 1e-13
     e = engine.ensemble
     assert e.renewed.all() == (name in RENEWED) and e.base_rule == ("quantile" if name in RENEWED else "mean")
     if name == "huber":  # rows beyond delta, where LightGBM's hessian stays the weight
@@ -140,10 +138,9 @@ def test_leaf_refit_matches_retraining(data, name, weighted):
     scale = np.abs(truth).max()
     assert scale > 1e-4
     # Measured <= 5e-14 relative (weighted L1: 7.9e-15; 2.7e-7 before the engine rounded the
-    # re-estimated percentile init score to float32 as LightGBM does), except cross_entropy:
-    # 7.4e-7, LightGBM's gradient rounds 1 - y to float32 (see test_objectives_reproduce_lightgbm),
-    # ~2^-25 p per row, which the engine's p - y does not.
-    assert np.abs(ours - truth).max() < (3e-6 if name == "cross_entropy" else 1e-9) * scale
+    # re-estimated percentile init score to float32 as LightGBM does; cross_entropy 7.4e-7 before
+    # it computed LightGBM's gradient, which rounds 1 - y to float32).
+    assert np.abs(ours - truth).max() < 1e-9 * scale
 
 
 @pytest.mark.parametrize("name", list(OBJECTIVES))
