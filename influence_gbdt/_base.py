@@ -36,6 +36,12 @@ def _group_sums(groups: NDArray[np.int64], values: NDArray[np.float64], n_groups
     return out
 
 
+def _rounded(r: NDArray[np.float64], float32: bool) -> NDArray[np.float64]:
+    """``r`` rounded to float32 where the booster computes its estimate (the mean, the quantile)
+    in float32 (:attr:`TreeEnsemble.float32_base`)."""
+    return r.astype(np.float32).astype(np.float64) if float32 else r
+
+
 class BaseMargin:
     """The base-margin rule of an ensemble, evaluated on its training data.
 
@@ -65,7 +71,10 @@ class BaseMargin:
                 self._p = e.y.astype(np.float64)
             self._q = np.ones((e.n_rows, K))
         d = e.dataset_weight[:, None]
-        self._P = _group_sums(e.weight_group, d * self._p, e.n_groups)
+        dp = d * self._p
+        if e.float32_base:  # CatBoost multiplies each float32 label by its weight in float32
+            dp = dp.astype(np.float32).astype(np.float64)
+        self._P = _group_sums(e.weight_group, dp, e.n_groups)
         self._Q = _group_sums(e.weight_group, d * self._q, e.n_groups)
         if sums is not None:
             self._P, self._Q = sums
@@ -101,28 +110,26 @@ class BaseMargin:
 
         Where the deletion changes the dataset factors, each group's sums scale by new / old factor
         (exact up to the float32 rounding of the dataset weights). The difference is taken to the
-        *stored* margin, and a booster that stores its base as float32 (``float32_base``: CatBoost's
-        bias, LightGBM's percentile) gets the new one rounded so, as retraining would store it.
+        *stored* margin; where the booster's estimate is a float32 (``float32_base``: CatBoost's mean
+        and quantile, LightGBM's percentile), the new one is rounded so before its link, as
+        retraining computes it.
         """
         e = self.ensemble
         if not self.refits:
             return np.zeros((idx.size, e.n_outputs))
         if e.base_rule == "quantile":
-            new = quantile_without(*self._quantile_args(), np.ascontiguousarray(idx, dtype=np.int64))[:, None]
-        else:
-            own = np.zeros((idx.size, e.n_groups))
-            own[np.arange(idx.size), e.weight_group[idx]] = 1.0
-            d_i = e.dataset_weight[idx, None, None]
-            old = np.where(e.dataset_factor > 0, e.dataset_factor, 1.0)
-            scale = (np.ones((idx.size, e.n_groups)) if e.dataset_factor_without is None
-                     else e.dataset_factor_without[idx] / old[None, :])[:, :, None]
-            own3 = own[:, :, None]
-            num = ((self._P[None] - own3 * d_i * self._p[idx, None, :]) * scale).sum(1)
-            den = ((self._Q[None] - own3 * d_i * self._q[idx, None, :]) * scale).sum(1)
-            new = self._map(num / den)
-        if e.float32_base:
-            new = new.astype(np.float32).astype(np.float64)
-        return new - e.base_margin[None, :]
+            q = quantile_without(*self._quantile_args(), np.ascontiguousarray(idx, dtype=np.int64))
+            return (_rounded(q, e.float32_base) - e.base_margin[0])[:, None]
+        own = np.zeros((idx.size, e.n_groups))
+        own[np.arange(idx.size), e.weight_group[idx]] = 1.0
+        d_i = e.dataset_weight[idx, None, None]
+        old = np.where(e.dataset_factor > 0, e.dataset_factor, 1.0)
+        scale = (np.ones((idx.size, e.n_groups)) if e.dataset_factor_without is None
+                 else e.dataset_factor_without[idx] / old[None, :])[:, :, None]
+        own3 = own[:, :, None]
+        num = ((self._P[None] - own3 * d_i * self._p[idx, None, :]) * scale).sum(1)
+        den = ((self._Q[None] - own3 * d_i * self._q[idx, None, :]) * scale).sum(1)
+        return self._map(_rounded(num / den, e.float32_base)) - e.base_margin[None, :]
 
     def derivative(self) -> NDArray[np.float64]:
         """d base margin / d v_i for every training row, shape (n, K) (zeros for a fixed base)."""

@@ -222,9 +222,10 @@ class TreeEnsemble:
         Round the mean-weight L2 term ``l2_per_mean_weight * sum(w) / n`` to float32 (CatBoost's
         multi-dimensional leaves; replay and refit only, the rounding is not differentiated).
     float32_base : bool
-        The booster stores its base margin as float32 (CatBoost's bias; LightGBM's ``BoostFromScore``
-        percentile of the L1 and quantile objectives): a base margin re-estimated without a row is
-        rounded so (refit only; the rounding is not differentiated).
+        The booster's base-margin estimate is a float32 before its link: CatBoost's weighted mean
+        (of float32 label-times-weight products) and quantile, LightGBM's ``BoostFromScore``
+        percentile of the L1 and quantile objectives. A base margin re-estimated without a row is
+        computed so (refit only; the rounding is not differentiated).
     """
 
     leaf_index: NDArray[np.int32]

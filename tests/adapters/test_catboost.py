@@ -214,23 +214,15 @@ def test_refit_and_influence_match_numpy_loop(data, loss, kw, weights):
 # Ground truth: CatBoost itself.
 
 
-def bias_rounding(loss, base):
-    """One float32 rounding of a re-estimated boost_from_average bias, as CatBoost does it: RMSE
-    stores the float32 weighted mean; Logloss takes the logit of the float32 weighted mean p, whose
-    rounding (<= 2^-24 p) moves the logit by <= 2^-24 / (1 - p)."""
-    if loss == "RMSE":
-        return 2.0**-23 * abs(base)
-    return 2.0**-23 / (1.0 - 1.0 / (1.0 + np.exp(-base)))
-
-
 @pytest.mark.parametrize(
     ("loss", "from_average", "weighted"),
     [("Logloss", False, True), ("Logloss", True, False), ("RMSE", False, False), ("RMSE", True, True)],
 )
 def test_leaf_refit_equals_deletion_retraining_not_weight_zero(data, loss, from_average, weighted, tmp_path):
-    """LeafRefit = CatBoost retrained with the row *deleted* (N - 1 rows in l2_leaf_reg * sum(w) / N),
-    to 1e-9, wherever the retrain keeps the structure; the weight-0 retrain (N rows) differs from it
-    by far more. The refit leaves written back into a native model predict the same."""
+    """LeafRefit = CatBoost retrained with the row *deleted* (N - 1 rows in l2_leaf_reg * sum(w) / N;
+    a re-estimated bias from CatBoost's float32 mean), to 1e-9, wherever the retrain keeps the
+    structure; the weight-0 retrain (N rows) differs from it by far more. The refit leaves written
+    back into a native model predict the same."""
     X, Xt = data[0], data[1]
     params = dict(
         iterations=10,
@@ -267,8 +259,7 @@ def test_leaf_refit_equals_deletion_retraining_not_weight_zero(data, loss, from_
             continue
         kept += 1
         truth = raw - retrained.predict(Xt, prediction_type="RawFormulaVal")
-        atol = 1e-9 + (bias_rounding(loss, float(base[k])) if from_average else 0.0)
-        np.testing.assert_allclose(refit[k], truth, rtol=0, atol=atol)
+        np.testing.assert_allclose(refit[k], truth, rtol=0, atol=1e-9)
         worst = max(worst, float(np.abs(refit[k] - truth).max()))
         if kept <= 3:  # weight 0 instead of deletion: same rows for the quantization, N unchanged
             zero = Model(**params, input_borders=borders).fit(X, y, sample_weight=np.where(keep, sw, 0.0))
@@ -593,7 +584,6 @@ def test_auto_class_weights_leaf_refit_equals_deletion_retraining(imbalanced, gr
     rows = np.arange(0, len(y), 20)
     refit = eng.leaf_refit(test, rows=rows, on="prediction")
     refit_held = held.leaf_refit(test, rows=rows, on="prediction")
-    _, base = eng.refit_leaf_values(rows)
     raw = model.predict(Xt, prediction_type="RawFormulaVal")
     kept, worst, worst_held = 0, 0.0, 0.0
     for k, i in enumerate(rows):
@@ -604,8 +594,7 @@ def test_auto_class_weights_leaf_refit_equals_deletion_retraining(imbalanced, gr
             continue
         kept += 1
         truth = raw - retrained.predict(Xt, prediction_type="RawFormulaVal")
-        atol = 1e-9 + (bias_rounding("Logloss", float(base[k])) if params.get("boost_from_average") else 0.0)
-        np.testing.assert_allclose(refit[k], truth, rtol=0, atol=atol)
+        np.testing.assert_allclose(refit[k], truth, rtol=0, atol=1e-9)
         worst = max(worst, float(np.abs(refit[k] - truth).max()))
         worst_held = max(worst_held, float(np.abs(refit_held[k] - truth).max() / np.abs(truth).max()))
     print(f"{kind} weighted={weighted} {kw}: structure kept in {kept}/{len(rows)} deletion retrains, "
