@@ -30,6 +30,8 @@ CANDIDATES = np.arange(3, N, 3)
 KEEP = 3
 
 Fit = Callable[[np.ndarray, np.ndarray], Any]  # (row mask, weights) -> a trained model
+#: CatBoost settings that make retraining deterministic and structure-preserving.
+CB_FIXED = dict(verbose=0, random_strength=0, bootstrap_type="No", thread_count=1, allow_writing_files=False)
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +40,8 @@ def data():
     boosters' feature bins do not move)."""
     rng = np.random.default_rng(7)
     X = rng.integers(0, 6, size=(N + M, 4)).astype(float)
-    targets = np.c_[X[:, 0] + 0.3 * rng.normal(size=N + M), X[:, 1] * X[:, 2] / 5 + 0.3 * rng.normal(size=N + M)]
+    noise = [0.3 * rng.normal(size=N + M) for _ in range(2)]
+    targets = np.c_[X[:, 0] + noise[0], X[:, 1] * X[:, 2] / 5 + noise[1]]
     classes = np.argmax(X[:, :3] / 3 + rng.normal(scale=0.8, size=(N + M, 3)), axis=1)
     margin = 0.25 * rng.integers(-1, 2, size=(N + M, 3))  # coarse too: structures stay
     return X[:N], X[N:], targets[:N], targets[N:], classes[:N], classes[N:], margin[:N], margin[N:]
@@ -90,8 +93,8 @@ def _against_retraining(ex: BoostingInfluence, fit: Fit, X: np.ndarray, Xt: np.n
                 if not all(structure_report(model, b, X, None, Xt)["same"] for b in both):
                     continue
                 truth = (predict(both[0], Xt) - predict(both[1], Xt)) / (steps[0] - steps[1])
-            np.testing.assert_allclose(s, truth, rtol=0, err_msg=f"{method}, row {i}",
-                                       atol=atol + (fd_rtol * np.abs(truth).max() if method != "leaf_refit" else 0))
+            tol = atol + (fd_rtol * np.abs(truth).max() if method != "leaf_refit" else 0.0)
+            np.testing.assert_allclose(s, truth, rtol=0, atol=tol, err_msg=f"{method}, row {i}")
             kept += 1
             if kept == KEEP:
                 break
@@ -110,9 +113,8 @@ def _xgb_multi_target(X, Y):
 
 def _cb_multi_target(X, Y, boost_from_average=True):
     def fit(mask, w):
-        return cb.CatBoostRegressor(iterations=5, depth=2, loss_function="MultiRMSE", verbose=0, learning_rate=0.3,
-                                    random_strength=0, bootstrap_type="No", thread_count=1,
-                                    boost_from_average=boost_from_average, allow_writing_files=False
+        return cb.CatBoostRegressor(iterations=5, depth=2, loss_function="MultiRMSE", learning_rate=0.3,
+                                    boost_from_average=boost_from_average, **CB_FIXED
                                     ).fit(X[mask], Y[mask], sample_weight=w[mask])
     return fit
 
@@ -125,7 +127,8 @@ def test_multi_target_regression(data, make):
     X, Xt, Y, Yt = data[:4]
     fit = make(X, Y)
     model = fit(np.ones(N, bool), np.ones(N))
-    ex = BoostingInfluence(model, progress=False, method="leaf_refit").fit(X, pd.DataFrame(Y, columns=["a", "b"]))
+    frame = pd.DataFrame(Y, columns=["a", "b"])
+    ex = BoostingInfluence(model, progress=False, method="leaf_refit").fit(X, frame)
     assert ex.reproduction_residual_ < 1e-6  # XGBoost: float32 margins (the adapter's own tolerance)
     np.testing.assert_allclose(ex.engine_.predict_margin(ex._test_points(Xt, None, "prediction", None)),
                                _raw(model, Xt), rtol=1e-6, atol=1e-6)
@@ -144,7 +147,8 @@ def test_multi_target_regression(data, make):
     rows = CANDIDATES[:4]
     ex.set_params(method="leaf_refit")
     loss = ex.score_training_points(Xt, Yt, training_points=rows)
-    by_target = [ex.score_training_points(Xt, training_points=rows, on="prediction", output=k) for k in (0, 1)]
+    by_target = [ex.score_training_points(Xt, training_points=rows, on="prediction", output=k)
+                 for k in (0, 1)]
     f = _raw(model, Xt)
     # L(F) - L(F - d) for L = sum_k (y_k - F_k)^2 / 2, d = the per-target refit changes.
     expected = sum(0.5 * (Yt[:, k] - f[:, k]) ** 2 - 0.5 * (Yt[:, k] - f[:, k] + by_target[k]) ** 2
@@ -186,8 +190,7 @@ def _xgb_margin(X, y, B):
 def _cb_margin(X, y, B):
     def fit(mask, w):
         pool = cb.Pool(X[mask], y[mask], weight=w[mask], baseline=B[mask])
-        return cb.CatBoostClassifier(iterations=5, depth=2, verbose=0, learning_rate=0.3, random_strength=0, bootstrap_type="No",
-                                     thread_count=1, allow_writing_files=False).fit(pool)
+        return cb.CatBoostClassifier(iterations=5, depth=2, learning_rate=0.3, **CB_FIXED).fit(pool)
     return fit
 
 
@@ -201,7 +204,8 @@ LGB_FD = dict(eps=1e-2, fd_rtol=5e-4)
 
 
 @pytest.mark.parametrize(("make", "atol", "fd"),
-                         [(_lgb_margin, 1e-9, LGB_FD), (_xgb_margin, 2e-3, {}), (_cb_margin, 1e-9, dict(fd_rtol=1e-3))],
+                         [(_lgb_margin, 1e-9, LGB_FD), (_xgb_margin, 2e-3, {}),
+                          (_cb_margin, 1e-9, dict(fd_rtol=1e-3))],
                          ids=["lightgbm", "xgboost", "catboost"])
 def test_multiclass_with_a_per_class_initial_margin(data, make, atol, fd):
     X, Xt = data[:2]
@@ -214,7 +218,7 @@ def test_multiclass_with_a_per_class_initial_margin(data, make, atol, fd):
     np.testing.assert_allclose(ex.engine_.predict_margin(test), _native(model, Xt, Bt), rtol=1e-6, atol=1e-6)
     s = ex.score_training_points(Xt, data[5], init_score=Bt)
     assert s.shape == (N, M) and np.all(np.isfinite(s))
-    _against_retraining(ex, fit, X, Xt, 3, atol=atol, predict=lambda model, rows: _native(model, rows, Bt), **fd)
+    _against_retraining(ex, fit, X, Xt, 3, atol=atol, predict=lambda m, rows: _native(m, rows, Bt), **fd)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -224,8 +228,8 @@ def test_lightgbm_class_absent_from_the_labels(data):
     """``num_class=4`` trained on labels 0..2: it trains and predicts (class 3 gets the init score
     log(1e-15) and constant trees), and it is explained like any other model."""
     X, Xt, y = data[0], data[1], data[4]
-    params = {"objective": "multiclass", "num_class": 4, "num_leaves": 4, "min_data_in_leaf": 50, "verbose": -1,
-              "num_threads": 1, "deterministic": True}
+    params = {"objective": "multiclass", "num_class": 4, "num_leaves": 4, "min_data_in_leaf": 50,
+              "verbose": -1, "num_threads": 1, "deterministic": True}
 
     def fit(mask, w):
         return lgb.train(params, lgb.Dataset(X[mask], y[mask], weight=w[mask]), 2)
