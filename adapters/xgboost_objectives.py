@@ -22,7 +22,8 @@ reg:tweedie                tweedie (power =                     log(b); weighted
                            tweedie_variance_power)
 reg:gamma                  gamma                                log(b); weighted mean, log link
 reg:pseudohubererror       pseudo_huber (delta = huber_slope)   b; one Newton step from 0
-reg:absoluteerror          quantile (alpha 0.5), renewed        b; XGBoost's (weighted) median
+reg:absoluteerror          quantile (alpha 0.5, scale 2:        b; XGBoost's (weighted) median
+                           |y - F|), renewed
 reg:quantileerror          quantile (alpha), renewed            b; XGBoost's (weighted) quantile
 multi:softprob,            softmax (factor 2), hessian floor    b_k (margin space); weighted class
 multi:softmax              1e-16                                shares, log(p + 1e-6) centred
@@ -227,7 +228,9 @@ def _objective(name: str, obj: dict[str, Any], n_targets: int, n_class: int, spw
                 "tree per alpha and round; the engine renews single-output trees): train one model per alpha."
             )
         alpha = float(np.float32(alphas[0]))
-    return Objective(name, Loss("quantile", params={"alpha": alpha}), "quantile", "identity", True, spw)
+    scale = 2.0 if name == "reg:absoluteerror" else 1.0  # its loss is |y - F| = 2 pinball_0.5(y - F)
+    return Objective(name, Loss("quantile", params={"alpha": alpha, "scale": scale}), "quantile", "identity",
+                     True, spw)
 
 
 def float32_terms(loss: Loss, y: np.ndarray, margin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

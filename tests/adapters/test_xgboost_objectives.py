@@ -155,6 +155,49 @@ def test_objective_reproduces_and_matches_retraining(data, name):
     assert compared >= 1
 
 
+#: id -> XGBoost's default eval metric, equal to the objective's loss up to a term in y alone, so
+#: that its change between two models is the change of the test loss the scores mean.
+METRIC_OF = {"poisson": "poisson-nloglik", "tweedie": "tweedie-nloglik@1.3", "gamma": "gamma-nloglik",
+             "pseudohuber": "mphe", "absoluteerror": "mae", "quantile_w": "quantile", "softprob": "mlogloss"}
+
+
+def _metric(bst: xgb.Booster, dtest: xgb.DMatrix, name: str) -> float:
+    """XGBoost's own evaluation of ``name`` on ``dtest`` (it prints 17 digits)."""
+    line = bst.eval(dtest, "test")
+    return float(line.split(f"test-{name}:")[1].split()[0])
+
+
+@pytest.mark.parametrize("name", list(METRIC_OF))
+def test_the_test_loss_is_xgboosts_metric(data, name):
+    """``on="loss"`` scores the booster's own loss: LeafRefit of the mean test loss equals the
+    change of XGBoost's eval metric between the model and its retrain without the row (ratio 1; the
+    absolute error was once |y - F| / 2, half of XGBoost's)."""
+    extra, target, weighted = OBJECTIVES[name]
+    params = {"max_depth": 2, "eta": 0.3, **extra, "eval_metric": METRIC_OF[name]}
+    X, Xt, y = data["X"], data["Xt"], data[target]
+    yt = data[target][:Xt.shape[0]]
+    w = data["w"] if weighted else None
+    bst = train(params, X, y, w, ROUNDS)
+    adapter = XGBoostAdapter(bst)
+    engine = adapter.prepare(X, y, w)
+    test = TestPoints(leaf_index=adapter.leaf_indices(Xt), offset=adapter.init_offset(Xt), y=yt)
+    refit = engine.leaf_refit(test, rows=PROBE, aggregate="mean")
+    dtest = xgb.DMatrix(Xt, yt)
+    before = _metric(bst, dtest, METRIC_OF[name])
+    # Float32 margins: a metric's change is good to ~1e-7 of the metric itself.
+    noise = 1e-6 * abs(before)
+    changes = []
+    for r, i in enumerate(PROBE):
+        keep = np.arange(N) != i
+        retrained = train(params, X[keep], y[keep], None if w is None else w[keep], ROUNDS)
+        if kept_margins(bst, retrained, X, keep, Xt) is None:
+            continue
+        truth = before - _metric(retrained, dtest, METRIC_OF[name])
+        assert abs(refit[r] - truth) <= 1e-4 * abs(truth) + noise, (r, refit[r], truth)
+        changes.append(abs(truth))
+    assert len(changes) >= 2 and max(changes) > 30 * noise  # real changes, not rounding
+
+
 def test_poisson_default_max_delta_step_is_the_clip_and_the_hessian_shift(data):
     """count:poisson without max_delta_step: XGBoost injects 0.7 as the trees' clip and the hessian
     shift e^(m + 0.7); the description carries both and the stored leaves are reproduced."""
