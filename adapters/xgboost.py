@@ -76,6 +76,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
+import pandas as pd
 import xgboost as xgb
 from numpy.typing import ArrayLike, NDArray
 
@@ -295,6 +296,34 @@ class XGBoostAdapter(BoosterAdapter):
         """(number of features, the booster's feature names or None)."""
         names = self.booster.feature_names
         return self.booster.num_features(), None if names is None else list(names)
+
+    def check_features(self, X: Any) -> None:
+        """:meth:`BoosterAdapter.check_features`, and for a DataFrame: each column categorical
+        exactly where the model's feature is (``feature_types`` ``"c"``). XGBoost's own ``predict``
+        refuses the other way round (integer codes or values for a categorical feature, a category
+        column for a numeric one); a DMatrix built from it would read the codes as numbers.
+
+        Raises
+        ------
+        InputError
+            Naming the columns and the dtype they need.
+        """
+        super().check_features(X)
+        types = self.booster.feature_types
+        if not isinstance(X, pd.DataFrame) or not types:
+            return
+        is_cat = [isinstance(d, pd.CategoricalDtype) for d in X.dtypes]
+        columns = list(zip(X.columns, types, is_cat, strict=True))
+        need_cat = [str(c) for c, t, cat in columns if t == "c" and not cat]
+        need_num = [str(c) for c, t, cat in columns if t != "c" and cat]
+        parts = [f"{need_cat} are categorical features of the model but not pandas 'category' columns "
+                 "(convert them with .astype(pd.CategoricalDtype(categories)), the training categories)"
+                 ] if need_cat else []
+        if need_num:
+            parts.append(f"{need_num} are numeric features of the model but 'category' columns")
+        if parts:
+            raise InputError(f"X's column dtypes differ from the XGBoost model's feature types: "
+                             f"{'; '.join(parts)}. XGBoost's own predict refuses them too.")
 
     @property
     def missing(self) -> float:

@@ -29,6 +29,7 @@ from influence_gbdt.adapters import adapter_for
 from influence_gbdt.adapters.xgboost import XGBoostAdapter, rounding_units
 from xgboost_helpers import margin_tol
 
+from influence_gbdt import BoostingInfluence
 from influence_gbdt.engine import TestPoints
 from influence_gbdt.errors import InputError, ReproductionError, UnsupportedModelError
 from influence_gbdt.validation import structure_report
@@ -200,6 +201,27 @@ def test_categorical_dataframe(data):
     model = xgb.XGBClassifier(n_estimators=8, max_depth=3, enable_categorical=True, tree_method="hist")
     model.fit(df, y)
     assert XGBoostAdapter(model).prepare(df, y).relative_residual < 1e-5
+    ex = BoostingInfluence(model, progress=False).fit(df, y)
+    test = df.iloc[:30].copy()
+
+    def margins(rows):
+        return ex.engine_.predict_margin(ex._test_points(rows, None, "prediction", None))
+
+    # Categories in another order, or only those that occur, are re-coded by value, as XGBoost does;
+    # an array of the training codes is read as codes by both.
+    reordered = test.assign(cat=pd.Categorical(test["cat"].astype(str), categories=["z", "v", "u"]))
+    codes = test.assign(cat=test["cat"].cat.codes).to_numpy()
+    for rows in (test, reordered, codes):
+        np.testing.assert_allclose(margins(rows), model.predict(rows, output_margin=True), rtol=0, atol=1e-6)
+    # Integer codes or strings in a DataFrame column: XGBoost's predict refuses them, and so do we,
+    # naming the column (integer codes were once scored as numbers, with other margins).
+    for wrong in (test.assign(cat=test["cat"].cat.codes), test.assign(cat=test["cat"].astype(str))):
+        with pytest.raises(Exception):  # noqa: B017 -- XGBoostError or ValueError, the booster's own
+            model.predict(wrong)
+        with pytest.raises(InputError, match=r"\['cat'\] are categorical features of the model"):
+            ex.score_training_points(wrong, y[:30])
+    with pytest.raises(InputError, match=r"\['a'\] are numeric features of the model but 'category'"):
+        ex.score_training_points(test.assign(a=pd.Categorical(test["a"])), y[:30])
 
 
 def test_wrong_data_is_refused(data):
