@@ -152,6 +152,11 @@ def adopt(part: Partition, head: InfluenceEngine, outside: tuple[float, int],
 # Row-local scores (after adopt).
 
 
+def row_weights(part: Partition, rows: NDArray[np.int64] | None) -> NDArray[np.float64]:
+    """The user's sample weights of the partition's ``rows`` (local positions; None: all)."""
+    return part.engine.row_weights(rows)
+
+
 def local_scores(part: Partition, method: str, test: TestPoints, rows: NDArray[np.int64] | None,
                  kwargs: dict[str, Any]) -> NDArray[np.float64]:
     """``single_point`` scores of the partition's ``rows`` (local indices; None = all), (r, m) or

@@ -74,6 +74,7 @@ from ._partition import (
     propagation_start,
     refit_sums,
     row_facts,
+    row_weights,
     summarize,
     sweep_margin_adjoints,
     sweep_round,
@@ -413,8 +414,6 @@ class DistributedEngine:
     def _local(self, method: str, test: TestPoints, rows: ArrayLike | None, on: str,
                aggregate: str | None, refit_base: bool, output: int | None) -> Any:
         """single_point scores, each partition scoring its own rows (see :meth:`leaf_influence`)."""
-        import dask
-        import dask.array as da
         from dask import delayed
 
         _check_aggregate(aggregate)  # type: ignore[arg-type]
@@ -422,16 +421,29 @@ class DistributedEngine:
         self.head._output(on, output)
         kwargs = {"refit_base": refit_base, "on": on, "aggregate": aggregate, "output": output}
         tv = delayed(test, traverse=False)
-        width: tuple[int, ...] = () if aggregate else (m,)
+        return self._rowwise(lambda part, local: delayed(local_scores)(part, method, tv, local, kwargs),
+                             () if aggregate else (m,), rows)
+
+    def row_weights(self, rows: ArrayLike | None = None) -> Any:
+        """The user's sample weights of the training rows: every row (``rows`` None) as a Dask array
+        chunked like the results, else an ndarray of ``rows``' weights in their order."""
+        from dask import delayed
+
+        return self._rowwise(lambda part, local: delayed(row_weights)(part, local), (), rows)
+
+    def _rowwise(self, task: Any, width: tuple[int, ...], rows: ArrayLike | None) -> Any:
+        """Per-row results computed on each row's own partition: ``task(partition, local rows or
+        None)`` makes the delayed block, ``width`` is a row's shape. Every row: a Dask array of
+        shape (n, *width) chunked by partition; ``rows``: an ndarray (len(rows), *width)."""
+        import dask
+        import dask.array as da
+
         if rows is None:
-            return da.concatenate([
-                da.from_delayed(delayed(local_scores)(part, method, tv, None, kwargs),
-                                shape=(n, *width), dtype=np.float64)
-                for part, n in zip(self.partitions, self.chunks, strict=True)])
+            return da.concatenate([da.from_delayed(task(part, None), shape=(n, *width), dtype=np.float64)
+                                   for part, n in zip(self.partitions, self.chunks, strict=True)])
         idx = resolve_rows(rows, self.n_rows)
         located = self._by_partition(idx)
-        blocks = dask.compute(*[delayed(local_scores)(self.partitions[p], method, tv, local, kwargs)
-                                for p, local, _ in located])
+        blocks = dask.compute(*[task(self.partitions[p], local) for p, local, _ in located])
         out = np.empty((idx.size, *width))
         for block, (_, _, where) in zip(blocks, located, strict=True):
             out[where] = block

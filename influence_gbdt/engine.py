@@ -628,6 +628,12 @@ class InfluenceEngine:
             raise InputError(f"Test labels must have one row per test point ({m}), got {y.shape[0]}.")
         return leaves, offset, y
 
+    def row_weights(self, rows: ArrayLike | None = None) -> NDArray[np.float64]:
+        """The user's sample weight of each of ``rows`` (default all), ndarray of shape (len(rows),):
+        what turns a LeafInfluence score per unit of weight into the first-order effect of removing
+        the row."""
+        return self.ensemble.user_weight[self.resolve_rows(rows)]
+
     def resolve_rows(self, rows: ArrayLike | None) -> NDArray[np.int64]:
         """Training-row indices from None (all), integer indices or a boolean mask of shape (n,)."""
         return resolve_rows(rows, self.ensemble.n_rows)

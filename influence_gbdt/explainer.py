@@ -26,7 +26,9 @@ _METHODS = ("leaf_influence", "leaf_refit")
 _UPDATE_SETS = ("all_points", "single_point", "top_k_leaves")
 _BASE_SCORES = ("refit", "fixed")
 _AGGREGATES = (None, "mean", "sum")
-_PARAMS = ("model", "method", "update_set", "k", "base_score", "progress", "params", "max_memory")
+_INFLUENCE_UNITS = ("row", "weight")
+_PARAMS = ("model", "method", "update_set", "k", "base_score", "progress", "params", "max_memory",
+           "influence_unit")
 _SCORE_KWARGS = ("aggregate", "training_points", "on", "output", "init_score")
 _TABLE_COLUMNS = ("row", "score", "label")
 #: Peak memory of fit per (tree, training row), bytes: the booster's leaf-index output, our int32
@@ -47,13 +49,16 @@ class BoostingInfluence:
 
     Sign convention: **a score > 0 means the training row is harmful** to that test point:
     removing it (``leaf_refit``) or lowering its weight (``leaf_influence``) lowers the test loss.
+    Both methods are, by default, in the same units: the change of the test loss when the row is
+    removed (``leaf_influence`` to first order; see ``influence_unit``).
 
     Parameters
     ----------
     model : XGBoost, LightGBM or CatBoost model
         Trained; stored as given. Only the library the model comes from is imported.
     method : {"leaf_influence", "leaf_refit"}
-        ``leaf_influence``: d test loss / d training weight, with fixed tree structures.
+        ``leaf_influence``: the derivative of the test loss in the row's training weight, with fixed
+        tree structures (by default times the row's weight: see ``influence_unit``).
         ``leaf_refit``: test loss minus the test loss after recomputing every leaf without the row.
     update_set : {"all_points", "single_point", "top_k_leaves"}
         Which training rows' prediction changes are propagated to later trees (the paper's Fast
@@ -78,6 +83,13 @@ class BoostingInfluence:
         processed in batches small enough to fit. ``float('inf')`` for no limit. What :meth:`fit`
         leaves of it, up to 1 GB, may hold the derivative cache that speeds up reverse mode (see
         :class:`~influence_gbdt.engine.InfluenceEngine`).
+    influence_unit : {"row", "weight"}
+        What a ``leaf_influence`` score measures. ``"row"`` (default): the first-order estimate of
+        removing the row, ``w_i * dL/dw_i`` with ``w_i`` its sample weight; in the units of
+        ``leaf_refit``, and unchanged when every sample weight is rescaled (a model trained with
+        weights ``w`` and ``2 w`` is the same model). ``"weight"``: the derivative ``dL/dw_i`` per
+        unit of sample weight (the paper's LeafInfluence), which halves when the weights double.
+        Without sample weights (every ``w_i = 1``) both are the same.
 
     Attributes
     ----------
@@ -110,6 +122,7 @@ class BoostingInfluence:
         progress: bool = True,
         params: Mapping[str, Any] | None = None,
         max_memory: float = 4e9,
+        influence_unit: Literal["row", "weight"] = "row",
     ) -> None:
         self.model = model
         self.method = method
@@ -119,6 +132,7 @@ class BoostingInfluence:
         self.progress = progress
         self.params = params
         self.max_memory = max_memory
+        self.influence_unit = influence_unit
 
     # ------------------------------------------------------------------------------------------
     # scikit-learn protocol
@@ -134,8 +148,8 @@ class BoostingInfluence:
     def set_params(self, **params: Any) -> BoostingInfluence:
         """Change constructor settings, as in scikit-learn; returns self.
 
-        ``method``, ``update_set``, ``k``, ``base_score``, ``progress`` and ``max_memory`` act at
-        scoring time, so a fitted explainer keeps its fit. Changing ``model`` or ``params`` discards
+        ``method``, ``update_set``, ``k``, ``base_score``, ``progress``, ``max_memory`` and
+        ``influence_unit`` act at scoring time, so a fitted explainer keeps its fit. Changing ``model`` or ``params`` discards
         the fit: call :meth:`fit` again before scoring.
         """
         unknown = set(params) - set(_PARAMS)
@@ -323,7 +337,8 @@ class BoostingInfluence:
         check_choice("aggregate", aggregate, _AGGREGATES)
         column = self._output_index(on, output)
         if isinstance(engine, distributed.DistributedEngine):  # fitted on Dask: a Dask array
-            return distributed.score_explainer(self, X, y, aggregate, training_points, on, column, init_score)
+            scores = distributed.score_explainer(self, X, y, aggregate, training_points, on, column, init_score)
+            return self._in_unit(scores, engine, training_points)
         test = self._test_points(X, y, on, init_score)
         rows = engine.resolve_rows(training_points)
         m = np.asarray(test.leaf_index).shape[1]
@@ -342,7 +357,7 @@ class BoostingInfluence:
                 refit_base=self.base_score == "refit", on=on, aggregate=aggregate, output=column,
                 chunk_size=chunk, progress=_Progress(bar, total, unit, self._speedup_advice()),
             )
-        return tidy_scores(scores, self._train_index(), rows, X)
+        return tidy_scores(self._in_unit(scores, engine, rows), self._train_index(), rows, X)
 
     def top_training_points(
         self,
@@ -404,8 +419,18 @@ class BoostingInfluence:
 
     # ------------------------------------------------------------------------------------------
 
+    def _in_unit(self, scores: Any, engine: Any, rows: ArrayLike | None) -> Any:
+        """``leaf_influence`` scores (per unit of weight, as the engines give them) in
+        ``influence_unit``: times each scored row's sample weight for ``"row"``. ``scores`` has one
+        row per training row of ``rows`` (ndarray or Dask array, (r, m) or (r,))."""
+        if self.method != "leaf_influence" or self.influence_unit == "weight":
+            return scores
+        w = engine.row_weights(rows)
+        return scores * (w[:, None] if scores.ndim == 2 else w)
+
     def _check_settings(self) -> None:
         check_choice("method", self.method, _METHODS)
+        check_choice("influence_unit", self.influence_unit, _INFLUENCE_UNITS)
         check_choice("update_set", self.update_set, _UPDATE_SETS)
         check_choice("base_score", self.base_score, _BASE_SCORES)
         if self.k is not None and (not is_integer(self.k) or self.k < 1):

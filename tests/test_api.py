@@ -451,3 +451,38 @@ def test_multiclass_loss_scores_are_the_booster_probabilities_times_class_margin
         ex.score_training_points(X_test, on="prediction")
     top = ex.top_training_points(X_test.iloc[[0]], y_test[:1], n=3)
     assert list(top["label"]) == [y[i] for i in top["row"]]
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_influence_is_invariant_to_the_unit_of_the_weights(library: str) -> None:
+    """A model trained with weights ``w`` is also exactly the model of weights ``2 w`` (no L2 in
+    absolute units; CatBoost scales its L2 by the mean weight): the self-check passes with either.
+    ``leaf_influence`` scores the first-order effect of removing a row (``w_i dL/dw_i``) by
+    default, the same under both, like ``leaf_refit``; ``influence_unit="weight"`` scores
+    ``dL/dw_i``, which halves."""
+    import catboost
+    import lightgbm
+    import xgboost
+
+    X, y, Xt, yt = binary_data(n=300, n_test=10, seed=4)
+    w = np.random.default_rng(4).uniform(0.5, 2.0, len(y)).astype(np.float32).astype(float)
+    model = {
+        "xgboost": lambda: xgboost.XGBClassifier(n_estimators=8, max_depth=3, reg_lambda=0.0),
+        "lightgbm": lambda: lightgbm.LGBMClassifier(n_estimators=8, num_leaves=8, verbose=-1),
+        "catboost": lambda: catboost.CatBoostClassifier(iterations=8, depth=3, verbose=0, thread_count=1,
+                                                        allow_writing_files=False),
+    }[library]().fit(X, y, sample_weight=w)
+    scores = {}
+    for scale in (1.0, 2.0):
+        ex = BoostingInfluence(model, progress=False).fit(X, y, sample_weight=scale * w)
+        scores[scale] = {key: np.asarray(ex.set_params(**settings).score_training_points(Xt, yt))
+                         for key, settings in (("row", {}), ("weight", {"influence_unit": "weight"}),
+                                               ("refit", {"method": "leaf_refit"}))}
+    one, two = scores[1.0], scores[2.0]
+    # XGBoost's float32 leaves: the two descriptions agree to its rounding (~1e-7 relative).
+    rtol = 1e-5 if library == "xgboost" else 1e-10
+    for key in ("row", "refit"):
+        np.testing.assert_allclose(two[key], one[key], rtol=rtol, atol=rtol * np.abs(one[key]).max())
+    np.testing.assert_allclose(2.0 * two["weight"], one["weight"], rtol=rtol,
+                               atol=rtol * np.abs(one["weight"]).max())
+    np.testing.assert_allclose(one["row"], one["weight"] * w[:, None], rtol=1e-12)

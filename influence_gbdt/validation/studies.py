@@ -223,7 +223,10 @@ def _study(
         raise InputError(f"rows must be non-empty indices into the {n} training rows.")
     if model is None:
         model = recipe.fit(X, y, sample_weight)
-    ex = BoostingInfluence(model, progress=False, base_score=base_score).fit(X, y, sample_weight)
+    # Leave-one-out compares the effect of removing each row; finite differences the derivative per
+    # unit of weight.
+    ex = BoostingInfluence(model, progress=False, base_score=base_score,
+                           influence_unit="row" if eps is None else "weight").fit(X, y, sample_weight)
     yt = ex.adapter_.encode_labels(y_test)
     w0 = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
 
