@@ -19,7 +19,7 @@ import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 
 from influence_gbdt.engine import DEFAULT_CACHE_BYTES, InfluenceEngine
-from influence_gbdt.ensemble import TreeEnsemble
+from influence_gbdt.ensemble import TreeEnsemble, check_weight_sum
 from influence_gbdt.errors import InfluenceError, InputError, booster_message
 from influence_gbdt.labels import LabelMap
 from influence_gbdt.tabular import n_rows
@@ -225,8 +225,9 @@ class BoosterAdapter(ABC):
         ReproductionError
             If the recomputed leaf values do not reproduce the stored ones.
         """
-        return self.verify(InfluenceEngine(self.describe(X, y, sample_weight, init_score),
-                                           cache_bytes=cache_bytes))
+        ensemble = self.describe(X, y, sample_weight, init_score)
+        check_weight_sum(float(ensemble.sample_weight.sum()))
+        return self.verify(InfluenceEngine(ensemble, cache_bytes=cache_bytes))
 
     def verify(self, engine: InfluenceEngine) -> InfluenceEngine:
         """Prove that ``engine`` (the description replayed) reproduces the model, and return the

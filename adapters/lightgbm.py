@@ -333,7 +333,7 @@ class LightGBMAdapter(BoosterAdapter):
         groups, n_groups = self.objective.groups(labels)
         n = groups.shape[0]
         out: dict[str, Any] = {"weight_group": groups, "dataset_factor": np.ones(n_groups)}
-        if n_groups == 1 and self.objective.name != "binary":
+        if n_groups == 1:
             return out
         n_classes = max(n_groups, 2)
         counts = np.bincount(groups, minlength=n_classes).astype(np.float64)  # rows per class

@@ -116,9 +116,8 @@ class Objective:
         classes; one group otherwise), shape (n,), and the number of groups."""
         if self.multiclass:
             return labels.astype(np.int64), self.n_classes
-        if self.name == "binary":
-            pos = (labels > 0).astype(np.int64)
-            return pos, int(pos.max()) + 1
+        if self.name == "binary":  # both classes, even where the rows hold one (a Dask partition)
+            return (labels > 0).astype(np.int64), 2
         return np.zeros(labels.shape[0], dtype=np.int64), 1
 
     def init_score(
@@ -127,11 +126,14 @@ class Objective:
         """LightGBM's ``BoostFromScore`` per class, shape (K,), from float32 ``labels`` (n,) and the
         float32 Dataset weights ``w`` (n,) (label weights excluded, as LightGBM does; sums
         sequential in double; the percentile rounded to float32, weighted if LightGBM had a weight
-        vector: ``weighted``)."""
+        vector: ``weighted``). NaN where the weights sum to 0 (LightGBM refuses to train; a Dask
+        partition of weight-0 rows, whose init score comes from the whole set)."""
+        total = float(np.cumsum(w)[-1]) if w.size else 0.0
+        if not total > 0:
+            return np.full(self.n_classes if self.multiclass else 1, np.nan)
         if self.renewed:
             q = weighted_percentile(labels, w if weighted else None, self.alpha)
             return np.array([float(np.float32(q))])
-        total = float(np.cumsum(w)[-1])
         if self.multiclass:
             share = np.bincount(labels.astype(np.int64), weights=w, minlength=self.n_classes) / total
             if self.name == "multiclass":

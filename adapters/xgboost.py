@@ -466,7 +466,8 @@ class XGBoostAdapter(BoosterAdapter):
         # estimate (a dataset factor) but not the weighted label mean (then an objective factor).
         spw = self.objective.spw_applies and labels.shape[1:] in ((), (1,))
         groups = (labels.reshape(n, -1)[:, 0] == 1.0).astype(np.int64) if spw else np.zeros(n, np.int64)
-        factor = np.array([1.0, self.scale_pos_weight])[: groups.max() + 1]
+        # Both groups even where the rows hold one class (a Dask partition's sums add up by group).
+        factor = np.array([1.0, self.scale_pos_weight]) if spw else np.ones(1)
         self._described_base = np.zeros(self.n_outputs) if init_score is not None else self.base_margin
         offset = None if init_score is None else self.init_offset(X, init_score)
         obj = self.objective

@@ -133,7 +133,9 @@ def label_mean_sums(adapter: Any, X: Any, y: Any, weight: Any, init_score: Any) 
     """(sum d y, sum d) of a partition: the pieces of the whole set's weighted label mean."""
     if X.shape[0] == 0:
         return np.zeros(2)
-    base = BaseMargin(adapter.describe(X, y, weight, init_score))
+    e = adapter.describe(X, y, weight, init_score)
+    check_scope(e, adapter.library)  # before the sums, which a quantile base does not have
+    base = BaseMargin(e)
     if not base.refits:
         return np.zeros(2)
     P, Q = base.sums

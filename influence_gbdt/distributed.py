@@ -93,6 +93,7 @@ from .engine import (
     _check_aggregate,
     resolve_rows,
 )
+from .ensemble import check_weight_sum
 from .errors import InputError, ReproductionError
 
 __all__ = ["LIBRARIES", "DistributedEngine", "fit_explainer", "is_dask_collection", "score_explainer"]
@@ -214,6 +215,10 @@ def _forward_step(head: InfluenceEngine, r: int, facts: NDArray[np.float64],
 
 
 def _add(*parts: NDArray[np.float64]) -> NDArray[np.float64]:
+    """The partitions' arrays summed in order; all must have one shape (never broadcast: a
+    partition whose arrays had another shape would be added into every row)."""
+    if any(p.shape != parts[0].shape for p in parts):
+        raise ValueError(f"Partition sums of different shapes: {sorted({p.shape for p in parts})}.")
     return np.asarray(sum(parts[1:], parts[0]))
 
 
@@ -302,6 +307,7 @@ class DistributedEngine:
         tb.G[:] = _add(*[s["G"] for s in summaries])
         tb.H[:] = _add(*[s["H"] for s in summaries])
         self.weight_sum = float(sum(s["sum_w"] for s in summaries))
+        check_weight_sum(self.weight_sum)
         _leaf_values_from_sums(tb, self.weight_sum / self.n_rows)
         head._set_leaf_values(tb.values.copy())
         self.base_sums = None

@@ -124,6 +124,17 @@ def _optional_table(name: str, value: ArrayLike | None, shape: tuple[int, int]) 
     return table
 
 
+def check_weight_sum(total: float) -> None:
+    """Refuse a training set whose effective weights (sample weights times class weights) sum to 0
+    or less: no booster trains on it. Checked on the whole set (a Dask partition may hold only rows
+    of weight 0)."""
+    if not total > 0:
+        raise InputError(
+            "The training rows' effective weights (sample weights times class weights) sum to "
+            f"{total:g}: no booster trains on that. Pass the sample weights the model was trained with."
+        )
+
+
 @dataclass(frozen=True, eq=False)
 class TreeEnsemble:
     """An ensemble's structure, leaf-value rule, loss and training data (immutable).
@@ -594,8 +605,6 @@ class TreeEnsemble:
         obj_f = _per_row("objective_factor", objective_factor, (n_groups,), 1.0)
         if data_f.min() < 0 or obj_f.min() < 0:
             raise InputError("Group factors must be non-negative.")
-        if float(np.dot(v, (data_f * obj_f)[groups])) <= 0:
-            raise InputError("The effective training weights must have a positive sum.")
         if base_rule not in BASE_RULES:
             raise InputError(f"base_rule must be one of {BASE_RULES}, got {base_rule!r}.")
         link = loss_obj.default_link if base_link is None else base_link

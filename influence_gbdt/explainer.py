@@ -149,8 +149,8 @@ class BoostingInfluence:
         """Change constructor settings, as in scikit-learn; returns self.
 
         ``method``, ``update_set``, ``k``, ``base_score``, ``progress``, ``max_memory`` and
-        ``influence_unit`` act at scoring time, so a fitted explainer keeps its fit. Changing ``model`` or ``params`` discards
-        the fit: call :meth:`fit` again before scoring.
+        ``influence_unit`` act at scoring time, so a fitted explainer keeps its fit. Changing
+        ``model`` or ``params`` discards the fit: call :meth:`fit` again before scoring.
         """
         unknown = set(params) - set(_PARAMS)
         if unknown:
@@ -337,7 +337,8 @@ class BoostingInfluence:
         check_choice("aggregate", aggregate, _AGGREGATES)
         column = self._output_index(on, output)
         if isinstance(engine, distributed.DistributedEngine):  # fitted on Dask: a Dask array
-            scores = distributed.score_explainer(self, X, y, aggregate, training_points, on, column, init_score)
+            scores = distributed.score_explainer(self, X, y, aggregate, training_points, on, column,
+                                                 init_score)
             return self._in_unit(scores, engine, training_points)
         test = self._test_points(X, y, on, init_score)
         rows = engine.resolve_rows(training_points)

@@ -140,6 +140,8 @@ def test_errors_say_what_is_wrong(fitted: tuple) -> None:
         ex.fit(X, y_nan)
     with pytest.raises(InputError, match=r"not among|lie in"):
         ex.fit(X, np.where(y == 1, 2, 0))
+    with pytest.raises(InputError, match="sum to 0"):
+        ex.fit(X, y, sample_weight=np.zeros(len(y)))
     # Rows misaligned with their labels (X shuffled, y not): not the training data. (Shuffling X and
     # y together is the same data set in another order and is scored fine, row by row.)
     shuffled = np.random.default_rng(0).permutation(len(X))
@@ -166,6 +168,7 @@ def test_errors_say_what_is_wrong(fitted: tuple) -> None:
         ({"method": "magic"}, "method"),
         ({"update_set": "top_k_leaves"}, "needs k"),
         ({"base_score": "zero"}, "base_score"),
+        ({"influence_unit": "rows"}, "influence_unit"),
     ):
         with pytest.raises(InputError, match=match):
             BoostingInfluence(model, **kwargs).fit(X, y)

@@ -231,6 +231,29 @@ def test_data_wide_update_sets(client: Any, library: str) -> None:
                local.score_training_points(X_test, y_test, training_points=mask, aggregate="sum"), rtol)
 
 
+@pytest.mark.parametrize("library", ["xgboost", "lightgbm"])
+def test_any_partitioning_gives_the_in_memory_scores(client: Any, library: str) -> None:
+    """Partitions of one class only (data sorted by label; a one-row partition) and a partition of
+    weight-0 rows: every row's scores equal the in-memory ones, as for mixed partitions (a partition
+    holding one class once added its base-margin sums into both classes' and shifted every row's
+    scores by 4% to 21x while the self-check passed)."""
+    X, y, X_test, y_test = _data(7)
+    order = np.argsort(y, kind="stable")
+    X, y = X.to_numpy()[order], y[order]
+    weight = np.where(np.arange(N) < 500, 0.0, np.random.default_rng(7).uniform(0.5, 2.0, N))
+    for sample_weight, chunks in ((None, (1, 1499, 1500)), (None, (1000,) * 3), (weight, (500, 2500))):
+        model = _classifier(library).fit(X, y, sample_weight=sample_weight)
+        for method, update_set in (("leaf_refit", "single_point"), ("leaf_influence", "all_points")):
+            rtol = RTOL_REFIT if method == "leaf_refit" else RTOL
+            kw = {"method": method, "update_set": update_set}
+            wd = None if sample_weight is None else da.from_array(sample_weight, chunks=(chunks,))
+            dist = BoostingInfluence(model, **kw).fit(da.from_array(X, chunks=(chunks, X.shape[1])),
+                                                      da.from_array(y, chunks=(chunks,)), sample_weight=wd)
+            local = BoostingInfluence(model, **kw).fit(X, y, sample_weight=sample_weight)
+            _close(dist.score_training_points(X_test.to_numpy(), y_test),
+                   local.score_training_points(X_test.to_numpy(), y_test), rtol)
+
+
 def test_self_check_refuses_wrong_labels(client: Any) -> None:
     import xgboost
 
@@ -258,6 +281,12 @@ def test_refusals(client: Any) -> None:
         dist.score_training_points(X_test, y_test)
     with pytest.raises(InputError, match="partitioned like X"):
         BoostingInfluence(model).fit(dd.from_pandas(X, npartitions=2), y)
+    l1 = lightgbm.LGBMRegressor(objective="l1", n_estimators=5, verbose=-1).fit(X, X["f0"])
+    with pytest.raises(UnsupportedModelError, match="renewed"):
+        BoostingInfluence(l1).fit(dd.from_pandas(X, npartitions=2), dd.from_pandas(X["f0"], npartitions=2))
+    yd, zero = (dd.from_pandas(pd.Series(v, index=X.index), npartitions=2) for v in (y, np.zeros(N)))
+    with pytest.raises(InputError, match="sum to 0"):
+        BoostingInfluence(model).fit(dd.from_pandas(X, npartitions=2), yd, zero)
 
 
 def test_validation_studies_run_their_retrains_on_the_workers(client: Any) -> None:
