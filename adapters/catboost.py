@@ -47,15 +47,15 @@ Categorical features with CTRs (target statistics)
 --------------------------------------------------
 A categorical feature with more values than ``one_hot_max_size`` (the default 2) is split on by
 CTRs, whose values for a training row were computed online along CatBoost's averaging-fold
-permutation. :mod:`adapters.catboost_ctr` rebuilds the leaf every training row visited when the
-leaf values were estimated (CPU, symmetric trees, Borders and Counter CTRs, Plain and Ordered,
-Logloss and RMSE); test rows get ``calc_leaf_indexes`` (the final CTR tables, what ``predict``
-uses). CatBoost also sums the AnyImprovement objective in averaging-fold order, which float32
-near-ties depend on: the description carries that order (``objective_order``). A model whose
+permutation. :mod:`adapters.catboost_ctr` rebuilds the leaf every training row visited when the leaf
+values were estimated (CPU, symmetric trees, Borders and Counter CTRs, Plain and Ordered, Logloss,
+RMSE, MultiClass and MultiClassOneVsAll, whose Borders CTRs count the rows of a class above each of
+the K - 1 borders between classes); test rows get ``calc_leaf_indexes`` (the final CTR tables, what
+``predict`` uses). CatBoost also sums the AnyImprovement objective in averaging-fold order, which
+float32 near-ties depend on: the description carries that order (``objective_order``). A model whose
 categorical features are all one-hot encoded (no CTRs) still shuffles its learn set and sums the
-objective in that shuffled order. Pass the training
-rows in training order, categorical values as trained: the order fixes the permutations. Other
-CTR settings are refused by name.
+objective in that shuffled order. Pass the training rows in training order, categorical values as
+trained: the order fixes the permutations. Other CTR settings are refused by name.
 
 A row's *weight* never enters a CTR statistic (CatBoost counts rows), so LeafInfluence is exact
 with no CTR channel. LeafRefit deletes the row from the leaf-value estimation as above **and
@@ -317,7 +317,9 @@ class CatBoostAdapter(BoosterAdapter):
         order = None
         if self._ctr:
             learn_w = _f32(user_w * class_weights[groups])
-            leaf_index, order = self._ctr_training_leaves(X, labels, leaf_index, learn_w)
+            # One row per CatBoost tree (its K outputs share the leaves), repeated back after.
+            trained, order = self._ctr_training_leaves(X, labels, leaf_index[::K], learn_w)
+            leaf_index = np.repeat(trained, K, axis=0) if K > 1 else trained
         elif len(self.model.get_cat_feature_indices()):
             # Categorical features shuffle the learn set even when every one is one-hot encoded,
             # and the backtracking objective is summed in that order (measured: summed in data

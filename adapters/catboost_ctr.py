@@ -53,6 +53,8 @@ from influence_gbdt.errors import InputError, ReproductionError, UnsupportedMode
 _MASK64 = (1 << 64) - 1
 _LCG_MUL = 6364136223846793005
 _MODELLED_CTRS = ("Borders", "Counter")
+#: Losses whose CTRs binarize the class index with K - 1 borders (target_border_idx b: class > b).
+_MULTICLASS = ("MultiClass", "MultiClassOneVsAll")
 _UNLIMITED = 2**64 - 1  # ctr_leaf_count_limit's default: every bucket kept
 
 
@@ -219,10 +221,12 @@ def ctr_refusal(params: Mapping[str, Any], model_json: Mapping[str, Any], loss: 
          "grow_policy='SymmetricTree' or one-hot encode the categorical features"),
         (bool(types), f"CTR types {types} are not modelled (Borders and Counter are); retrain with "
          "simple_ctr and combinations_ctr of types Borders and Counter (the defaults)"),
-        (loss not in ("Logloss", "RMSE"), f"CTRs with loss_function={loss!r} are not modelled "
-         "(MultiClass and other losses have other target classes); CTR models are supported with "
-         "Logloss and RMSE, or raise one_hot_max_size above every feature's number of categories"),
-        (any(b != 1 for b in target_borders) or any(int(c.get("target_border_idx", 0)) for c in ctrs),
+        (loss not in ("Logloss", "RMSE", *_MULTICLASS), f"CTRs with loss_function={loss!r} are not "
+         "modelled (other losses have other target classes); CTR models are supported with Logloss, "
+         "RMSE, MultiClass and MultiClassOneVsAll, or raise one_hot_max_size above every feature's "
+         "number of categories"),
+        (loss not in _MULTICLASS and (any(b != 1 for b in target_borders)
+                                   or any(int(c.get("target_border_idx", 0)) for c in ctrs)),
          "its CTRs binarize the target with several borders (TargetBorderCount > 1); retrain with "
          "TargetBorderCount=1 (the default)"),
         (limit < _UNLIMITED, f"ctr_leaf_count_limit={limit} keeps only the most frequent categories "
@@ -314,9 +318,11 @@ def online_ctr_bins(ctr: Mapping[str, Any], keys: NDArray[np.int64], classes: ND
                     order: NDArray[np.int64]) -> NDArray[np.int64]:
     """Training-time ui8 bin of every learn row for one CTR feature, shape (n,).
 
-    ``keys`` (n,) bucket per row, ``classes`` (n,) target class (0 or 1) per row, ``order`` (n,)
-    the averaging fold (original row at each position). Borders: counts of the earlier rows of
-    the bucket along ``order`` (lexsort by bucket then position, cumulative counts); Counter: the
+    ``keys`` (n,) bucket per row, ``classes`` (n,) target class per row (0 or 1; a multiclass
+    model's class index), ``order`` (n,) the averaging fold (original row at each position).
+    Borders: counts of the earlier rows of the bucket along ``order`` (lexsort by bucket then
+    position, cumulative counts), "good" ones those whose class is above the CTR's
+    ``target_border_idx`` (class 1 of two; of K classes, the K - 1 borders between them); Counter: the
     bucket sizes over all rows. Counts, not weights.
     """
     f32 = np.float32
@@ -327,7 +333,8 @@ def online_ctr_bins(ctr: Mapping[str, Any], keys: NDArray[np.int64], classes: ND
     if ctr["ctr_type"] == "Borders":
         k = keys[order]
         srt = np.lexsort((np.arange(n), k))
-        ks, ys = k[srt], classes[order][srt].astype(np.int64)
+        ks = k[srt]
+        ys = (classes[order][srt] > int(ctr.get("target_border_idx", 0))).astype(np.int64)
         starts = np.r_[0, np.flatnonzero(np.diff(ks)) + 1]
         first = np.repeat(starts, np.diff(np.r_[starts, n]))
         good_upto = np.cumsum(ys) - ys
@@ -346,9 +353,10 @@ def online_ctr_bins(ctr: Mapping[str, Any], keys: NDArray[np.int64], classes: ND
 
 
 def ctr_target_classes(params: Mapping[str, Any], labels: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Target class (0 or 1) of every learn row as the Borders CTRs count it, shape (n,).
+    """Target class of every learn row as the Borders CTRs count it, shape (n,).
 
-    Logloss: the class index. RMSE: label above the one border CatBoost computes for CTRs
+    Logloss, MultiClass, MultiClassOneVsAll: the class index. RMSE: label above the one border
+    CatBoost computes for CTRs
     (``TargetBorderType``, MinEntropy by default), found with CatBoost's own quantizer on the
     float32 labels.
     """
@@ -357,7 +365,7 @@ def ctr_target_classes(params: Mapping[str, Any], labels: NDArray[np.float64]) -
 
     import catboost
 
-    if str(params.get("loss_function", "")).split(":")[0] == "Logloss":
+    if str(params.get("loss_function", "")).split(":")[0] in ("Logloss", *_MULTICLASS):
         return labels
     descriptions = list(params.get("simple_ctr") or []) + list(params.get("combinations_ctr") or [])
     kinds = {f.split("=", 1)[1] for d in descriptions for f in str(d).split(":")

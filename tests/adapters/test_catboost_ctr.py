@@ -1,15 +1,15 @@
 """CatBoost models with CTR (target statistic) categorical splits, against CatBoost itself.
 
-Checks: the random stream against the values asserted in CatBoost's ``util/random/fast_ut.cpp``
-and the shuffles against a plain Fisher-Yates loop written here; the training-time leaves
-rebuilt from the model and the data reproduce every stored leaf value at double precision
-(defaults with feature combinations, sample weights with zeros, class weights, RMSE, Ordered,
-has_time, fold settings, one-hot values inside combinations, a reloaded ``.cbm``) while the final
-model's leaves would not; ``CatBoostClassifier(cat_features=...)`` on a DataFrame with string
-categories and string labels; LeafRefit against CatBoost retrained with the row's weight at 0
-(the row's label staying in the CTR statistics, as it does in CatBoost's weight-0 retrain) and
-LeafInfluence against finite differences of CatBoost retrained with the row's weight moved;
-refusals.
+Checks: the random stream against the values asserted in CatBoost's ``util/random/fast_ut.cpp`` and
+the shuffles against a plain Fisher-Yates loop written here; the training-time leaves rebuilt from
+the model and the data reproduce every stored leaf value at double precision (defaults with feature
+combinations, sample weights with zeros, class weights, RMSE, Ordered, has_time, fold settings, one-
+hot values inside combinations, a reloaded ``.cbm``) while the final model's leaves would not;
+``CatBoostClassifier(cat_features=...)`` on a DataFrame with string categories and string labels,
+binary and 3-class (MultiClass, MultiClassOneVsAll); LeafRefit against CatBoost retrained with the
+row's weight at 0 (the row's label staying in the CTR statistics, as it does in CatBoost's weight-0
+retrain) and LeafInfluence against finite differences of CatBoost retrained with the row's weight
+moved; refusals.
 """
 
 from __future__ import annotations
@@ -265,6 +265,75 @@ def test_leaf_influence_equals_retraining_differences(adult):
 
 
 # ----------------------------------------------------------------------------------------------
+# Multiclass with CTRs: Borders CTRs binarize the class index with K - 1 borders
+
+
+def _three_classes(y: np.ndarray, X) -> np.ndarray:
+    """A 3-class target as strings: income class, split by age."""
+    return np.array(["low", "mid", "high"])[np.minimum(y + (X["age"].to_numpy() > 45), 2)]
+
+
+@pytest.mark.parametrize("loss", ["MultiClass", "MultiClassOneVsAll"])
+def test_multiclass_classifier_defaults_with_text_categories(adult, loss):
+    """``CatBoostClassifier(cat_features=...)`` on a 3-class string target (the default loss is
+    MultiClass; CatBoost makes Borders CTRs per border between classes, ``target_border_idx`` 0
+    and 1), fewer trees to stay fast: every leaf reproduced, margins equal CatBoost's."""
+    X, y, Xt, _ = adult
+    labels = _three_classes(y, X)
+    kw = {} if loss == "MultiClass" else {"loss_function": loss}
+    model = cb.CatBoostClassifier(iterations=40, cat_features=CAT, thread_count=2, verbose=0,
+                                  allow_writing_files=False, **kw).fit(X, labels)
+    ctrs = json.loads(_json_of(model))["features_info"]["ctrs"]
+    assert {int(c["target_border_idx"]) for c in ctrs if c["ctr_type"] == "Borders"} == {0, 1}
+    adapter = CatBoostAdapter(model)
+    eng = adapter.prepare(X, labels)
+    assert eng.relative_residual <= 1e-10
+    test = TestPoints(leaf_index=adapter.leaf_indices(Xt), offset=adapter.init_offset(Xt))
+    np.testing.assert_allclose(eng.predict_margin(test), model.predict(Xt, prediction_type="RawFormulaVal"),
+                               rtol=0, atol=1e-10)
+
+
+def _json_of(model) -> str:
+    model.save_model("model.json", format="json")
+    with open("model.json") as fh:
+        return fh.read()
+
+
+def test_multiclass_leaf_refit_equals_weight_zero_retraining(adult):
+    """As the binary test below: MultiClass with CTRs, every class's margin, against CatBoost
+    retrained with the row's weight at 0 (l2_leaf_reg=0, where deletion and weight 0 coincide).
+    Gradient leaves: Newton's joint step with l2 = 0 (CatBoost's 1e-20) inverts the singular
+    softmax hessian, whose rounding CatBoost's solver decides (the self-check of the default Newton
+    model is above)."""
+    params = _params(iterations=8, depth=3, learning_rate=0.3, l2_leaf_reg=0, random_strength=0,
+                     bootstrap_type="No", cat_features=CAT, leaf_estimation_method="Gradient")
+    X, y, Xt, _ = adult
+    X, y = X.iloc[:N], y[:N]
+    labels = _three_classes(y, X)
+    model = cb.CatBoostClassifier(**params).fit(X, labels)
+    adapter = CatBoostAdapter(model)
+    eng = adapter.prepare(X, labels)
+    test = TestPoints(leaf_index=adapter.leaf_indices(Xt), offset=adapter.init_offset(Xt))
+    rows = np.arange(3, N, 20)
+    refit = np.stack([eng.leaf_refit(test, rows=rows, on="prediction", output=k) for k in range(3)], axis=-1)
+    raw = model.predict(Xt, prediction_type="RawFormulaVal")
+    reference = _structure(model)
+    kept = 0
+    for k, i in enumerate(rows):
+        w = np.ones(N)
+        w[i] = 0.0
+        retrained = cb.CatBoostClassifier(**params).fit(X, labels, sample_weight=w)
+        if _structure(retrained) != reference:
+            continue
+        kept += 1
+        truth = raw - retrained.predict(Xt, prediction_type="RawFormulaVal")
+        np.testing.assert_allclose(refit[k], truth, rtol=0, atol=1e-9 * np.abs(truth).max())
+        if kept == 4:
+            break
+    assert kept >= 3, f"structure kept in only {kept} retrains: the comparison is vacuous"
+
+
+# ----------------------------------------------------------------------------------------------
 # Refusals and wrong data
 
 
@@ -288,12 +357,8 @@ def test_refusals(adult, kw, match):
 
 
 def test_refusals_of_losses_and_target_borders(adult):
-    X, y, _, _ = adult
+    X = adult[0]
     X = X.iloc[:300]
-    three = np.minimum(y[:300] + (X["age"].to_numpy() > 50), 2)
-    multi = cb.CatBoostClassifier(**_params(iterations=5, cat_features=CAT, loss_function="MultiClass"))
-    with pytest.raises(UnsupportedModelError, match="MultiClass"):
-        CatBoostAdapter(multi.fit(X, three))
     borders = ["Borders:TargetBorderCount=2", "Counter"]
     rmse = cb.CatBoostRegressor(**_params(iterations=5, cat_features=CAT, simple_ctr=borders,
                                           combinations_ctr=borders))
