@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ._ubjson import UBJSONError, object_keys
 from .errors import InfluenceError, InputError, booster_message, require
 
 _PARQUET = (".parquet", ".pq")
@@ -25,8 +26,10 @@ _PARQUET = (".parquet", ".pq")
 def _check_lightgbm_file(path: Path) -> None:
     """Refuse a LightGBM model file that is not complete: LightGBM aborts or crashes the whole
     process on a truncated one (it reads each tree at the byte offsets the header's ``tree_sizes``
-    promise, and a ``[key: value`` line cut in the parameters section is read past its end)."""
-    text = path.read_text(errors="replace")
+    promise, and a ``[key: value`` line cut in the parameters section is read past its end). A file
+    cut after its trees would load, but without the training parameters (or the pandas categories)
+    that follow them."""
+    text = _read(path).decode(errors="replace")
     trees_at, end_at = text.find("\nTree="), text.find("\nend of trees")
     sizes = re.search(r"^tree_sizes=(.*)$", text[: max(trees_at, 0)], re.MULTILINE)
     complete = text.startswith("tree\n") and 0 <= trees_at < end_at
@@ -35,9 +38,18 @@ def _check_lightgbm_file(path: Path) -> None:
             complete = sum(int(v) for v in sizes.group(1).split()) == end_at - trees_at
         except ValueError:
             complete = False
-    params_at = text.find("\nparameters:", end_at)
-    if complete and params_at >= 0:
-        complete = text.find("\nend of parameters", params_at) >= 0
+    params_at = text.find("\nparameters:\n", max(end_at, 0))
+    params_end = text.find("\nend of parameters", max(params_at, 0))
+    complete = complete and 0 <= params_at < params_end
+    tail = text[params_end + len("\nend of parameters") :].strip() if complete else ""
+    key = "pandas_categorical:"
+    if tail.startswith(key):  # the last line the Python package writes: the categories, as JSON
+        try:
+            json.loads(tail[len(key) :].partition("\n")[0])
+        except json.JSONDecodeError:
+            complete = False
+    elif tail and key.startswith(tail):  # cut inside that line's key
+        complete = False
     if not complete:
         raise InputError(
             f"{path} is not a complete LightGBM model file (truncated or not written by "
@@ -64,16 +76,23 @@ def load_model(path: str | Path) -> Any:
     suffix = path.suffix.lower()
     if suffix == ".json":
         try:
-            with path.open() as fh:
-                head = json.load(fh)
+            head = json.loads(_read(path))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise InputError(f"Model file {path} is not valid JSON ({exc}): save the model again.") from None
+        except RecursionError:
+            raise InputError(
+                f"Model file {path} nests JSON too deeply to be a model: pass the file save_model wrote."
+            ) from None
         head = head if isinstance(head, dict) else {}
         suffix = ".xgb" if "learner" in head else ".cbm-json" if "oblivious_trees" in head else ".unknown"
-    if suffix in (".xgb", ".ubj"):
+    if suffix == ".xgb":
         xgboost = require("xgboost", "xgboost", "Reading an XGBoost model file")
         return _load(path, "XGBoost", xgboost.core.XGBoostError,
                      lambda: xgboost.Booster(model_file=str(path)))
+    if suffix == ".ubj":
+        xgboost = require("xgboost", "xgboost", "Reading an XGBoost model file")
+        document = bytearray(_ubjson_model(path))  # XGBoost reads these bytes, not the file again
+        return _load(path, "XGBoost", xgboost.core.XGBoostError, lambda: xgboost.Booster(model_file=document))
     if suffix == ".txt":
         lightgbm = require("lightgbm", "lightgbm", "Reading a LightGBM model file")
         _check_lightgbm_file(path)
@@ -89,6 +108,32 @@ def load_model(path: str | Path) -> Any:
         f"Cannot tell which booster wrote {path.name}: use XGBoost .json/.ubj, LightGBM .txt or "
         "CatBoost .cbm/.json."
     )
+
+
+def _read(path: Path, what: str = "model file") -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"Cannot read {what} {path}: {exc.strerror or exc}.") from None
+
+
+def _ubjson_model(path: Path) -> bytes:
+    """The bytes of an XGBoost ``.ubj`` file, checked to be one complete UBJSON document with the
+    model's ``learner``: XGBoost's own reader crashes the process (SIGSEGV) on some truncated files."""
+    data = _read(path)
+    try:
+        keys = object_keys(data)
+    except UBJSONError as exc:
+        raise InputError(
+            f"{path} is not a complete XGBoost UBJSON model file ({exc}): save the model again with "
+            "Booster.save_model."
+        ) from None
+    if "learner" not in keys:
+        raise InputError(
+            f"{path} is a UBJSON document but no XGBoost model (its keys are {keys[:5]}, no 'learner'): "
+            "pass the file Booster.save_model wrote."
+        )
+    return data
 
 
 def _load(path: Path, library: str, error: type[Exception], load: Any) -> Any:

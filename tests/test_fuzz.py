@@ -387,15 +387,24 @@ def cli_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     X.assign(label=np.where(y == 1, "yes", "no")).to_csv(d / "train_text_labels.csv", index=False)
     (d / "empty.csv").write_text("")
     (d / "header_only.csv").write_text("a,b,c,d,label\n")
+    files["formats"] = formats = {}  # every model file format: "library .suffix" -> path
     for library in LIBRARIES:
         sub = d / library
         sub.mkdir()
-        path, params = save_model(library, classifier(library, X, y, n_trees=6), sub)
+        model = classifier(library, X, y, n_trees=6)
+        path, params = save_model(library, model, sub)
         files[library] = (path, params)
         raw = Path(path).read_bytes()
         suffix = Path(path).suffix
         (sub / f"truncated{suffix}").write_bytes(raw[: len(raw) // 2])
         (sub / f"garbage{suffix}").write_bytes(b"\x00\x01 not a model \x02")
+        formats[f"{library} {suffix}"] = Path(path)
+        if library == "xgboost":
+            model.get_booster().save_model(sub / "model.ubj")
+            formats["xgboost .ubj"] = sub / "model.ubj"
+        if library == "catboost":
+            model.save_model(str(sub / "model.json"), format="json")
+            formats["catboost .json"] = sub / "model.json"
     return files
 
 
@@ -548,31 +557,61 @@ def test_demo_names_the_extra_to_install_without_catboost(monkeypatch: pytest.Mo
         run_demo(n_trees=1)
 
 
-def test_truncated_lightgbm_files_never_abort_the_process(cli_files: dict[str, Any]) -> None:
-    # LightGBM aborts inside C++ (exit 134) on a file cut inside its trees: each cut either loads or
-    # is refused with InputError. Run in a child so that an abort fails this test, not the session.
-    path = cli_files["lightgbm"][0]
+FORMATS = ("xgboost .json", "xgboost .ubj", "lightgbm .txt", "catboost .cbm", "catboost .json")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_truncated_model_file_is_one_line_and_exit_code_2(fmt: str, cli_files: dict[str, Any]) -> None:
+    # Issue 25: an XGBoost .ubj file cut to 10% killed the command with SIGSEGV (XGBoost's reader).
+    # Run the command in a child, so that a crash fails this test and not the session.
+    path = cli_files["formats"][fmt]
+    raw = path.read_bytes()
+    cut = cli_files["dir"] / f"tenth-{path.parent.name}{path.suffix}"
+    cut.write_bytes(raw[: len(raw) // 10])
+    args = ["check", str(cut), "--train", str(cli_files["dir"] / "train.csv"), "--label", "label"]
+    out = subprocess.run([sys.executable, "-m", "influence_gbdt.cli", *args], capture_output=True, text=True)
+    err = out.stderr.strip()
+    assert out.returncode == 2 and "\n" not in err, (out.returncode, err[-2000:])
+    assert err.startswith("influence-gbdt check: error: ") and re.search(
+        r"not a complete .* model file|not valid JSON|cannot read model file", err
+    ), err
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_cut_of_a_model_file_is_refused_before_the_booster_reads_it(
+    fmt: str, cli_files: dict[str, Any]
+) -> None:
+    # XGBoost crashes (SIGSEGV) on some cuts of a .ubj file and LightGBM aborts (exit 134) on a
+    # .txt file cut inside its trees: every cut must be refused with InputError. (A LightGBM file
+    # that ends after its parameters is complete: LightGBM's C++ code writes nothing more, the
+    # Python package a last pandas_categorical line.) Run in a child: a crash fails this test only.
     code = textwrap.dedent(
         f"""
         import pathlib, tempfile
         from influence_gbdt.cli import load_model
         from influence_gbdt.errors import InputError
-        text = pathlib.Path({str(path)!r}).read_bytes()
-        trees_end = text.index(b"end of trees") + len(b"end of trees")
-        inside = refused_inside = 0
+        path = pathlib.Path({str(cli_files["formats"][fmt])!r})
+        text = path.read_bytes()
+        complete = len(text)
+        ends = []
+        if path.suffix == ".txt":
+            complete = text.index(b"end of parameters") + len(b"end of parameters")
+            line = text.rindex(b"pandas_categorical:")
+            ends = list(range(line + 1, len(text) - 1))  # the last line, but its final newline
+        ends += [*range(0, complete, max(complete // 150, 1)), complete - 1]
+        refused = 0
         with tempfile.TemporaryDirectory() as tmp:
-            cut = pathlib.Path(tmp) / "cut.txt"
-            for end in range(0, len(text), max(len(text) // 80, 1)):
+            cut = pathlib.Path(tmp) / ("cut" + path.suffix)
+            for end in ends:
                 cut.write_bytes(text[:end])
-                inside += end < trees_end
                 try:
                     load_model(cut)
                 except InputError:
-                    refused_inside += end < trees_end
-        print(inside, refused_inside)
+                    refused += 1
+        print(len(ends), refused)
         """
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
-    inside, refused_inside = map(int, out.stdout.split())
-    assert inside > 20 and refused_inside == inside  # a cut in the trailing sections may still load
+    cuts, refused = map(int, out.stdout.split())
+    assert cuts >= 150 and refused == cuts
