@@ -230,17 +230,47 @@ def _categoricals(model: Any, X: pd.DataFrame, X_test: pd.DataFrame | None) -> t
     return X, X_test
 
 
+def json_object(text: str, option: str, example: str) -> dict[str, Any]:
+    """The JSON object ``text`` given to ``option`` (``example`` shows one in messages).
+
+    Raises
+    ------
+    InputError
+        Not valid JSON, not an object, a key given twice, or nested too deeply.
+    """
+    shown = text if len(text) <= 60 else text[:57] + "..."
+
+    def once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [key for key, _ in pairs]
+        twice = [key for key in keys if keys.count(key) > 1]
+        if twice:
+            raise InputError(f"{option} gives {twice[0]!r} twice: give each key once.")
+        return dict(pairs)
+
+    try:
+        value = json.loads(text, object_pairs_hook=once)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{option} must be a JSON object such as {example}: {shown!r} is not valid JSON "
+                         f"({exc}).") from None
+    except RecursionError:
+        raise InputError(f"{option} nests JSON too deeply: give a flat object such as {example}.") from None
+    if not isinstance(value, dict):
+        raise InputError(f"{option} must be a JSON object such as {example}, got {shown!r}.")
+    return value
+
+
 def _params(text: str | None) -> dict[str, Any] | None:
+    """--params: a JSON object, or the name of a file that holds one."""
     if not text:
         return None
-    path = Path(text)
     try:
-        params = json.loads(path.read_text() if path.is_file() else text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"--params must be a JSON object or a JSON file: {exc}") from None
-    if not isinstance(params, dict):
-        raise InputError(f'--params must be a JSON object such as {{"eta": 0.1}}, got {text!r}.')
-    return params
+        is_file = Path(text).is_file()
+    except (OSError, ValueError):  # a JSON text too long for a file name
+        is_file = False
+    if is_file:
+        content = _read(Path(text), "--params file").decode(errors="replace")
+        return json_object(content, f"--params file {text}", '{"eta": 0.1}')
+    return json_object(text, "--params", '{"eta": 0.1} (or a file holding one)')
 
 
 def _explainer(args: argparse.Namespace, model: Any) -> Any:
@@ -279,12 +309,28 @@ def _results_table(scores: Any, label: str, y: Any, id_column: str | None) -> pd
     return table.rename_axis(id_column or "row").reset_index()
 
 
+def check_plot(path: str | Path) -> None:
+    """Refuse a ``--plot`` file whose extension names no image format matplotlib writes, *before*
+    any computing is done."""
+    require("matplotlib", "plot", "--plot")
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    kind = Path(path).suffix.lower().lstrip(".")
+    if kind not in formats:
+        named = f"a .{kind} file" if kind else "a file without an extension"
+        raise InputError(
+            f"--plot {path}: matplotlib cannot draw {named}; end the name with one of "
+            f"{', '.join('.' + k for k in sorted(formats))} (e.g. {Path(path).stem or 'plot'}.png)."
+        )
+
+
 def _cmd_score(args: argparse.Namespace) -> int:
+    if args.plot:
+        check_plot(args.plot)
     for path in (args.output, args.plot):
         if path:
             check_output(path)
-    if args.plot:
-        require("matplotlib", "plot", "--plot")
     model = load_model(args.model)
     X, y, w = _split(_keyed(read_table(args.train), args.id, "training"), args.label, args.weight, "training")
     test = _keyed(read_table(args.test), args.id, "test")

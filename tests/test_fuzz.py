@@ -517,7 +517,69 @@ CLI_CASES = [
     ),
     CliCase("demo-trees-zero", lambda f, lib: ["demo", "--trees", "0"], "must be >= 1", ("catboost",)),
     CliCase("demo-seed-negative", lambda f, lib: ["demo", "--seed", "-1"], "must be >= 0", ("catboost",)),
+    # malformed JSON options
+    CliCase(
+        "params-key-twice",
+        lambda f, lib: ["check", *_args(f, lib, params="x"), "--params", '{"eta": 0.3, "eta": 0.1}'],
+        "--params gives 'eta' twice",
+    ),
+    CliCase(
+        "params-nested-too-deeply",
+        lambda f, lib: ["check", *_args(f, lib, params="x"), "--params", "[" * 100_000],
+        "--params nests JSON too deeply",
+    ),
+    CliCase(
+        "params-longer-than-a-file-name",  # once an OSError from checking for a file of that name
+        lambda f, lib: ["check", *_args(f, lib, params="x"), "--params", '{"eta": ' + " " * 300 + "0.3"],
+        "--params must be a JSON object .* is not valid JSON",
+    ),
+    CliCase(
+        "tweak-bounds-not-pairs",
+        lambda f, lib: [*_tweak_args(f, lib), "--bounds", '{"a": 1}'],
+        r"--bounds: 'a' must map to \[low, high\]",
+    ),
+    CliCase(
+        "tweak-bounds-key-twice",
+        lambda f, lib: [*_tweak_args(f, lib), "--bounds", '{"a": [0, 1], "a": [1, 2]}'],
+        "--bounds gives 'a' twice",
+    ),
+    CliCase(
+        "tweak-bounds-nested-too-deeply",
+        lambda f, lib: [*_tweak_args(f, lib), "--bounds", '{"a": ' * 50_000],
+        "--bounds nests JSON too deeply",
+    ),
+    CliCase(
+        "tweak-epsilon-nan",
+        lambda f, lib: [*_tweak_args(f, lib), "--epsilon", "nan"],
+        "epsilon must be a finite number",
+    ),
+    # --plot's file type and tweak's -o are checked before anything else, like score's -o
+    CliCase(
+        "plot-unknown-extension",
+        lambda f, lib: [*_no_model(f, lib), "--plot", "plot.xyz"],
+        r"--plot plot\.xyz: matplotlib cannot draw a \.xyz file; .*\.png|\[plot\]",
+    ),
+    CliCase(
+        "plot-no-extension",
+        lambda f, lib: [*_no_model(f, lib), "--plot", "plot"],
+        r"matplotlib cannot draw a file without an extension|\[plot\]",
+    ),
+    CliCase(
+        "tweak-output-dir-missing",
+        lambda f, lib: [*_tweak_args(f, lib, model="nowhere.txt"), "-o", str(f["dir"] / "no" / "t.csv")],
+        "the directory .* does not exist",
+    ),
 ]
+
+
+def _no_model(files: dict[str, Any], library: str) -> list[str]:
+    """score with a model file that does not exist: an error about anything else was found first."""
+    return ["score", *_args(files, library, model="nowhere.txt"), "--test", "t.csv"]
+
+
+def _tweak_args(files: dict[str, Any], library: str, model: str | None = None) -> list[str]:
+    data = str(files["dir"] / "test.csv")
+    return ["tweak", model or files[library][0], "--data", data, "--label", "label"]
 
 
 def _sibling(files: dict[str, Any], library: str, stem: str) -> Path:
