@@ -24,6 +24,7 @@ from boosters import LIBRARIES, binary_data, classifier, save_model
 
 from influence_gbdt import (
     BoostingInfluence,
+    FeatureTweaking,
     InputError,
     MissingDependencyError,
     NotFittedError,
@@ -100,6 +101,11 @@ def _container(kind: str) -> Callable[[Ctx], Any]:
         return c.score(catboost.Pool(c.Xt))
 
     return run
+
+
+def _tweak(**settings: Any) -> Callable[[Ctx], Any]:
+    """FeatureTweaking with ``settings``, fitted on the training rows, tweaking the test rows."""
+    return lambda c: FeatureTweaking(c.model, **settings).fit(c.X).tweak(c.Xt)
 
 
 @dataclass(frozen=True)
@@ -349,6 +355,40 @@ CASES = [
         ("catboost",),
     ),
     Case("catboost-sum-models", _catboost("sum_models"), UnsupportedModelError, "sum_models", ("catboost",)),
+    # FeatureTweaking: settings, the cost callable, the rows
+    Case("tweak-epsilon-text", _tweak(epsilon="0.1"), InputError, "epsilon must be a finite number >= 0"),
+    Case("tweak-beam-width-fraction", _tweak(beam_width=2.5), InputError, "beam_width must be an integer"),
+    Case("tweak-categorical-cost-text", _tweak(categorical_cost="1"), InputError, "must be a number > 0"),
+    Case(
+        "tweak-cost-wrong-shape",
+        _tweak(cost=lambda x, V: np.zeros(3)),
+        InputError,
+        r"cost\(x, V\) must return one number .* per row of V, .*returned shape \(3,\)",
+    ),
+    Case(
+        "tweak-cost-not-numbers",
+        _tweak(cost=lambda x, V: ["far"] * len(V)),
+        InputError,
+        r"returned list \['far'",
+    ),
+    Case("tweak-cost-nan", _tweak(cost=lambda x, V: np.full(len(V), np.nan)), InputError, "returned NaN"),
+    Case("tweak-immutable-string", _tweak(immutable="a"), InputError, r"list of features .*pass \['a'\]"),
+    Case("tweak-bounds-text", _tweak(bounds={"a": ("low", 1.0)}), InputError, "must map to two numbers"),
+    Case("tweak-bounds-nan", _tweak(bounds={"a": (np.nan, 1.0)}), InputError, "must map to two numbers"),
+    Case("tweak-bounds-scalar", _tweak(bounds={"a": 1.0}), InputError, r"must map to \(low, high\)"),
+    Case("tweak-monotone-list", _tweak(monotone={"a": [1]}), InputError, r"must map to \+1/'increase'"),
+    Case(
+        "tweak-empty-frame",
+        lambda c: FeatureTweaking(c.model).fit(c.X).tweak(c.Xt.iloc[:0]),
+        InputError,
+        "X has no rows",
+    ),
+    Case(
+        "tweak-fit-empty-frame",
+        lambda c: FeatureTweaking(c.model).fit(c.X.iloc[:0]),
+        InputError,
+        "X has no rows",
+    ),
 ]
 
 
@@ -534,6 +574,11 @@ CLI_CASES = [
         "--params must be a JSON object .* is not valid JSON",
     ),
     CliCase(
+        "tweak-bounds-not-numbers",
+        lambda f, lib: [*_tweak_args(f, lib), "--bounds", '{"a": ["low", 1]}'],
+        r"bounds: 'a' must map to two numbers",
+    ),
+    CliCase(
         "tweak-bounds-not-pairs",
         lambda f, lib: [*_tweak_args(f, lib), "--bounds", '{"a": 1}'],
         r"--bounds: 'a' must map to \[low, high\]",
@@ -547,6 +592,11 @@ CLI_CASES = [
         "tweak-bounds-nested-too-deeply",
         lambda f, lib: [*_tweak_args(f, lib), "--bounds", '{"a": ' * 50_000],
         "--bounds nests JSON too deeply",
+    ),
+    CliCase(
+        "tweak-monotone-list",
+        lambda f, lib: [*_tweak_args(f, lib), "--monotone", '{"a": [1]}'],
+        r"monotone: 'a' must map to \+1",
     ),
     CliCase(
         "tweak-epsilon-nan",
