@@ -7,6 +7,7 @@ the message. The silent-wrong cases of issue 12 have their own tests in test_api
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import subprocess
@@ -99,6 +100,26 @@ def _container(kind: str) -> Callable[[Ctx], Any]:
         import catboost
 
         return c.score(catboost.Pool(c.Xt))
+
+    return run
+
+
+@functools.cache
+def _three_classes(library: str, raw: bool) -> tuple[BoostingInfluence, pd.DataFrame]:
+    """An explainer of a 3-class classifier of ``library`` (``raw``: its LightGBM Booster, which
+    records no class labels) and its test rows."""
+    X, _, Xt, _ = binary_data(n=200, n_test=10)
+    y = np.arange(200) % 3
+    model = classifier(library, X, y, n_trees=2)
+    return BoostingInfluence(model.booster_ if raw else model, progress=False).fit(X, y), Xt
+
+
+def _output(raw: bool = False, **kwargs: Any) -> Callable[[Ctx], Any]:
+    """Score the raw prediction of a 3-class model (``raw``: its booster) with ``kwargs``."""
+
+    def run(c: Ctx) -> Any:
+        ex, Xt = _three_classes(c.library, raw)
+        return ex.score_training_points(Xt, on="prediction", **kwargs)
 
     return run
 
@@ -355,6 +376,26 @@ CASES = [
         ("catboost",),
     ),
     Case("catboost-sum-models", _catboost("sum_models"), UnsupportedModelError, "sum_models", ("catboost",)),
+    # the output scored on a multiclass model
+    Case(
+        "output-not-a-class",
+        _output(output=3),
+        InputError,
+        r"output=3 is not a class of this 3-class model: its classes are \[0, 1, 2\]",
+    ),
+    Case(
+        "output-beyond-a-raw-booster",
+        _output(raw=True, output=3),
+        InputError,
+        r"output=3 is not an output of this model: it has 3 outputs .*Pass an index in 0 \.\. 2",
+        ("lightgbm",),
+    ),
+    Case(
+        "output-missing",
+        _output(),
+        InputError,
+        r"The model has 3 outputs \(classes \[0, 1, 2\]\): .*e\.g\. output=0",
+    ),
     # FeatureTweaking: settings, the cost callable, the rows
     Case("tweak-epsilon-text", _tweak(epsilon="0.1"), InputError, "epsilon must be a finite number >= 0"),
     Case("tweak-beam-width-fraction", _tweak(beam_width=2.5), InputError, "beam_width must be an integer"),
