@@ -35,6 +35,7 @@ from numpy.typing import NDArray
 
 from ._tweak_kernels import Base, predict_margin, tree_uses
 from ._tweak_space import Grid, Point
+from .errors import InputError
 from .trees import TreeStructure
 
 _HASH = np.random.default_rng(20170813).integers(1, 2**62, size=4096, dtype=np.int64) | 1
@@ -116,9 +117,21 @@ class Cost:
         return np.asarray(np.sqrt((D * D).sum(axis=1)))
 
     def __call__(self, x: NDArray[np.float64], V: NDArray[np.float64]) -> NDArray[np.float64]:
-        if callable(self.kind):
-            return np.asarray(self.kind(x, V), dtype=np.float64).reshape(V.shape[0])
-        return self.total(self.per_feature(x, V))
+        if not callable(self.kind):
+            return self.total(self.per_feature(x, V))
+        m = V.shape[0]
+        out = self.kind(x, V)
+        try:
+            cost = np.asarray(out, dtype=np.float64)
+            wrong = f"shape {cost.shape}" if cost.size != m else "NaN" if np.isnan(cost).any() else ""
+        except (TypeError, ValueError):
+            wrong = f"{type(out).__name__} {repr(out)[:60]}"
+        if wrong:
+            raise InputError(
+                f"cost(x, V) must return one number (not NaN) per row of V, shape ({m},), for x of shape "
+                f"{x.shape} and V of shape {V.shape}; it returned {wrong}."
+            )
+        return cost.reshape(m)
 
 
 @dataclass

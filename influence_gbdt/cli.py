@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ._ubjson import UBJSONError, object_keys
 from .errors import InfluenceError, InputError, booster_message, require
 
 _PARQUET = (".parquet", ".pq")
@@ -25,8 +26,10 @@ _PARQUET = (".parquet", ".pq")
 def _check_lightgbm_file(path: Path) -> None:
     """Refuse a LightGBM model file that is not complete: LightGBM aborts or crashes the whole
     process on a truncated one (it reads each tree at the byte offsets the header's ``tree_sizes``
-    promise, and a ``[key: value`` line cut in the parameters section is read past its end)."""
-    text = path.read_text(errors="replace")
+    promise, and a ``[key: value`` line cut in the parameters section is read past its end). A file
+    cut after its trees would load, but without the training parameters (or the pandas categories)
+    that follow them."""
+    text = _read(path).decode(errors="replace")
     trees_at, end_at = text.find("\nTree="), text.find("\nend of trees")
     sizes = re.search(r"^tree_sizes=(.*)$", text[: max(trees_at, 0)], re.MULTILINE)
     complete = text.startswith("tree\n") and 0 <= trees_at < end_at
@@ -35,9 +38,18 @@ def _check_lightgbm_file(path: Path) -> None:
             complete = sum(int(v) for v in sizes.group(1).split()) == end_at - trees_at
         except ValueError:
             complete = False
-    params_at = text.find("\nparameters:", end_at)
-    if complete and params_at >= 0:
-        complete = text.find("\nend of parameters", params_at) >= 0
+    params_at = text.find("\nparameters:\n", max(end_at, 0))
+    params_end = text.find("\nend of parameters", max(params_at, 0))
+    complete = complete and 0 <= params_at < params_end
+    tail = text[params_end + len("\nend of parameters") :].strip() if complete else ""
+    key = "pandas_categorical:"
+    if tail.startswith(key):  # the last line the Python package writes: the categories, as JSON
+        try:
+            json.loads(tail[len(key) :].partition("\n")[0])
+        except json.JSONDecodeError:
+            complete = False
+    elif tail and key.startswith(tail):  # cut inside that line's key
+        complete = False
     if not complete:
         raise InputError(
             f"{path} is not a complete LightGBM model file (truncated or not written by "
@@ -64,16 +76,23 @@ def load_model(path: str | Path) -> Any:
     suffix = path.suffix.lower()
     if suffix == ".json":
         try:
-            with path.open() as fh:
-                head = json.load(fh)
+            head = json.loads(_read(path))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise InputError(f"Model file {path} is not valid JSON ({exc}): save the model again.") from None
+        except RecursionError:
+            raise InputError(
+                f"Model file {path} nests JSON too deeply to be a model: pass the file save_model wrote."
+            ) from None
         head = head if isinstance(head, dict) else {}
         suffix = ".xgb" if "learner" in head else ".cbm-json" if "oblivious_trees" in head else ".unknown"
-    if suffix in (".xgb", ".ubj"):
+    if suffix == ".xgb":
         xgboost = require("xgboost", "xgboost", "Reading an XGBoost model file")
         return _load(path, "XGBoost", xgboost.core.XGBoostError,
                      lambda: xgboost.Booster(model_file=str(path)))
+    if suffix == ".ubj":
+        xgboost = require("xgboost", "xgboost", "Reading an XGBoost model file")
+        document = bytearray(_ubjson_model(path))  # XGBoost reads these bytes, not the file again
+        return _load(path, "XGBoost", xgboost.core.XGBoostError, lambda: xgboost.Booster(model_file=document))
     if suffix == ".txt":
         lightgbm = require("lightgbm", "lightgbm", "Reading a LightGBM model file")
         _check_lightgbm_file(path)
@@ -89,6 +108,32 @@ def load_model(path: str | Path) -> Any:
         f"Cannot tell which booster wrote {path.name}: use XGBoost .json/.ubj, LightGBM .txt or "
         "CatBoost .cbm/.json."
     )
+
+
+def _read(path: Path, what: str = "model file") -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"Cannot read {what} {path}: {exc.strerror or exc}.") from None
+
+
+def _ubjson_model(path: Path) -> bytes:
+    """The bytes of an XGBoost ``.ubj`` file, checked to be one complete UBJSON document with the
+    model's ``learner``: XGBoost's own reader crashes the process (SIGSEGV) on some truncated files."""
+    data = _read(path)
+    try:
+        keys = object_keys(data)
+    except UBJSONError as exc:
+        raise InputError(
+            f"{path} is not a complete XGBoost UBJSON model file ({exc}): save the model again with "
+            "Booster.save_model."
+        ) from None
+    if "learner" not in keys:
+        raise InputError(
+            f"{path} is a UBJSON document but no XGBoost model (its keys are {keys[:5]}, no 'learner'): "
+            "pass the file Booster.save_model wrote."
+        )
+    return data
 
 
 def _load(path: Path, library: str, error: type[Exception], load: Any) -> Any:
@@ -185,17 +230,47 @@ def _categoricals(model: Any, X: pd.DataFrame, X_test: pd.DataFrame | None) -> t
     return X, X_test
 
 
+def json_object(text: str, option: str, example: str) -> dict[str, Any]:
+    """The JSON object ``text`` given to ``option`` (``example`` shows one in messages).
+
+    Raises
+    ------
+    InputError
+        Not valid JSON, not an object, a key given twice, or nested too deeply.
+    """
+    shown = text if len(text) <= 60 else text[:57] + "..."
+
+    def once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [key for key, _ in pairs]
+        twice = [key for key in keys if keys.count(key) > 1]
+        if twice:
+            raise InputError(f"{option} gives {twice[0]!r} twice: give each key once.")
+        return dict(pairs)
+
+    try:
+        value = json.loads(text, object_pairs_hook=once)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{option} must be a JSON object such as {example}: {shown!r} is not valid JSON "
+                         f"({exc}).") from None
+    except RecursionError:
+        raise InputError(f"{option} nests JSON too deeply: give a flat object such as {example}.") from None
+    if not isinstance(value, dict):
+        raise InputError(f"{option} must be a JSON object such as {example}, got {shown!r}.")
+    return value
+
+
 def _params(text: str | None) -> dict[str, Any] | None:
+    """--params: a JSON object, or the name of a file that holds one."""
     if not text:
         return None
-    path = Path(text)
     try:
-        params = json.loads(path.read_text() if path.is_file() else text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"--params must be a JSON object or a JSON file: {exc}") from None
-    if not isinstance(params, dict):
-        raise InputError(f'--params must be a JSON object such as {{"eta": 0.1}}, got {text!r}.')
-    return params
+        is_file = Path(text).is_file()
+    except (OSError, ValueError):  # a JSON text too long for a file name
+        is_file = False
+    if is_file:
+        content = _read(Path(text), "--params file").decode(errors="replace")
+        return json_object(content, f"--params file {text}", '{"eta": 0.1}')
+    return json_object(text, "--params", '{"eta": 0.1} (or a file holding one)')
 
 
 def _explainer(args: argparse.Namespace, model: Any) -> Any:
@@ -234,12 +309,28 @@ def _results_table(scores: Any, label: str, y: Any, id_column: str | None) -> pd
     return table.rename_axis(id_column or "row").reset_index()
 
 
+def check_plot(path: str | Path) -> None:
+    """Refuse a ``--plot`` file whose extension names no image format matplotlib writes, *before*
+    any computing is done."""
+    require("matplotlib", "plot", "--plot")
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    kind = Path(path).suffix.lower().lstrip(".")
+    if kind not in formats:
+        named = f"a .{kind} file" if kind else "a file without an extension"
+        raise InputError(
+            f"--plot {path}: matplotlib cannot draw {named}; end the name with one of "
+            f"{', '.join('.' + k for k in sorted(formats))} (e.g. {Path(path).stem or 'plot'}.png)."
+        )
+
+
 def _cmd_score(args: argparse.Namespace) -> int:
+    if args.plot:
+        check_plot(args.plot)
     for path in (args.output, args.plot):
         if path:
             check_output(path)
-    if args.plot:
-        require("matplotlib", "plot", "--plot")
     model = load_model(args.model)
     X, y, w = _split(_keyed(read_table(args.train), args.id, "training"), args.label, args.weight, "training")
     test = _keyed(read_table(args.test), args.id, "test")

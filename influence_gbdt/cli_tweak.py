@@ -6,7 +6,6 @@ Registered by :mod:`influence_gbdt.cli`; errors surface there as one line and ex
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 import numpy as np
@@ -42,16 +41,10 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(run=run)
 
 
-def _json(text: str | None, what: str) -> dict[str, Any] | None:
-    if not text:
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{what} must be a JSON object: {exc}") from None
-    if not isinstance(value, dict):
-        raise InputError(f"{what} must be a JSON object, got {type(value).__name__}.")
-    return value
+def _json(text: str | None, what: str, example: str) -> dict[str, Any] | None:
+    from .cli import json_object
+
+    return json_object(text, what, example) if text else None
 
 
 def _frame(path: str, label: str | None, reader: Any) -> pd.DataFrame:
@@ -90,26 +83,29 @@ def _target(value: str | None, classes: np.ndarray) -> Any:
 def run(args: argparse.Namespace) -> int:
     """Run ``tweak``; returns the exit code."""
     from .adapters.trees import trees_for
-    from .cli import load_model, write_table
+    from .cli import check_output, load_model, write_table
     from .tweaking import FeatureTweaking
 
+    if args.output:
+        check_output(args.output)
+    bounds: dict[str, tuple[float | None, float | None]] = {}
+    for key, pair in (_json(args.bounds, "--bounds", '{"age": [18, null]}') or {}).items():
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise InputError(f"--bounds: {key!r} must map to [low, high], got {pair!r}.")
+        bounds[key] = (pair[0], pair[1])
+    monotone = _json(args.monotone, "--monotone", '{"income": 1}')
     model = load_model(args.model)
     reader = trees_for(model)
     data = _frame(args.data, args.label, reader)
     train = _frame(args.train, args.label, reader) if args.train else None
     immutable = [c.strip() for c in args.immutable.split(",") if c.strip()]
-    bounds: dict[str, tuple[float | None, float | None]] = {}
-    for key, pair in (_json(args.bounds, "--bounds") or {}).items():
-        if not isinstance(pair, list) or len(pair) != 2:
-            raise InputError(f"--bounds: {key!r} must map to [low, high], got {pair!r}.")
-        bounds[key] = (pair[0], pair[1])
     ft = FeatureTweaking(
         model,
         epsilon=args.epsilon,
         cost=args.cost,
         immutable=immutable,
         bounds=bounds or None,
-        monotone=_json(args.monotone, "--monotone"),
+        monotone=monotone,
         method=args.method,
     ).fit(train)
     table = ft.tweak(data, target=_target(args.target, ft.classes_))

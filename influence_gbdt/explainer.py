@@ -520,12 +520,13 @@ class BoostingInfluence:
         Raises
         ------
         InputError
-            ``output`` with ``on="loss"``, a class the model does not have, an index out of range, or
-            a binary model's negative class.
+            ``output`` with ``on="loss"``, none with ``on="prediction"`` on a model with several
+            outputs, a class the model does not have (the message names its classes), an index out of
+            range, or a binary model's negative class.
         """
-        if output is None:
-            return None  # the engine refuses on="prediction" without it when there are several
         if on != "prediction":
+            if output is None:
+                return None
             raise InputError(
                 "output names the margin scored with on='prediction'; the loss (on='loss') covers every "
                 "output already. Drop output, or pass on='prediction'."
@@ -533,21 +534,38 @@ class BoostingInfluence:
         K = self.engine_.ensemble.n_outputs
         labels = self.adapter_.label_map()
         classes = labels.classes
-        if classes is not None:
-            index = int(labels.encode([output], "output")[0])
+        shown = None if classes is None else [c.item() if isinstance(c, np.generic) else c for c in classes]
+        if output is None:
+            if K == 1:
+                return None
+            outputs = f"classes {shown}" if shown else f"classes or targets 0 .. {K - 1}"
+            raise InputError(
+                f"The model has {K} outputs ({outputs}): scoring the prediction needs the output to score, "
+                f"e.g. output={shown[0] if shown else 0!r}."
+            )
+        if shown is not None:
+            try:
+                index = int(labels.encode([output], "output")[0])
+            except InputError:
+                raise InputError(
+                    f"output={output!r} is not a class of this {len(shown)}-class model: its classes are "
+                    f"{shown} ({labels.source}). Pass one of them, e.g. output={shown[-1]!r}."
+                ) from None
             if K == 1:
                 if index != 1:
                     raise InputError(
-                        f"A binary model has one margin, that of its positive class {classes[1]!r}: scores "
-                        f"for class {output!r} are those of {classes[1]!r} with the sign flipped. Pass "
-                        f"output={classes[1]!r} or leave it out."
+                        f"A binary model has one margin, that of its positive class {shown[1]!r}: scores "
+                        f"for class {output!r} are those of {shown[1]!r} with the sign flipped. Pass "
+                        f"output={shown[1]!r} or leave it out."
                     )
                 return None
             return index
         if not is_integer(output) or not 0 <= int(output) < K:
+            if K == 1:
+                raise InputError(f"output={output!r}: this model has a single output; leave output out.")
             raise InputError(
-                f"output must be an output index in 0 .. {K - 1} ({labels.source} records no class labels), "
-                f"got {output!r}."
+                f"output={output!r} is not an output of this model: it has {K} outputs (classes or targets "
+                f"0 .. {K - 1}; {labels.source} records no class labels). Pass an index in 0 .. {K - 1}."
             )
         return None if K == 1 else int(output)
 

@@ -173,6 +173,11 @@ def is_integer(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 
 
+def is_number(value: Any) -> bool:
+    """A real number (Python or numpy, NaN and infinities included), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
 def check_choice(name: str, value: Any, options: Sequence[str | None]) -> None:
     """Refuse ``value`` unless it is one of ``options`` (strings compared exactly, no coercion)."""
     if not (value is None or isinstance(value, str)) or value not in options:

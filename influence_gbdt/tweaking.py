@@ -28,6 +28,7 @@ from ._tweak_exact import solve
 from ._tweak_search import EXACT, ROW, SOURCES, Cost, Goal, Search, Solutions
 from ._tweak_space import Constraints, Grid
 from .errors import InputError, UnsupportedModelError
+from .inputs import check_table, is_integer, is_number
 
 _METHODS = ("paths", "combine", "exact")
 
@@ -170,11 +171,13 @@ class FeatureTweaking:
         UnsupportedModelError
             The model is not a classifier, or its trees cannot be read.
         InputError
-            Invalid settings (the message names the parameter).
+            Invalid settings (the message names the parameter), or ``X`` without rows.
         """
         from .adapters.trees import trees_for
 
         self._check_settings()
+        if X is not None:
+            X = check_table(X, "X")
         reader = trees_for(self.model)
         s = reader.structure
         if s.objective == "regression":
@@ -203,19 +206,41 @@ class FeatureTweaking:
         return self
 
     def _check_settings(self) -> None:
-        if self.method not in _METHODS:
+        """Refuse a constructor setting of the wrong type or range, naming it."""
+        if not isinstance(self.method, str) or self.method not in _METHODS:
             raise InputError(f"method must be one of {_METHODS}, got {self.method!r}.")
-        if not callable(self.cost) and self.cost not in ("l1", "l2"):
+        if not callable(self.cost) and not (isinstance(self.cost, str) and self.cost in ("l1", "l2")):
             raise InputError(f"cost must be 'l1', 'l2' or a callable, got {self.cost!r}.")
         if self.method == "exact" and callable(self.cost):
             raise InputError("method='exact' needs a separable cost: use cost='l1' or 'l2'.")
-        if not (np.isfinite(self.epsilon) and self.epsilon >= 0):
-            raise InputError(f"epsilon must be a finite number >= 0, got {self.epsilon!r}.")
-        if self.categorical_cost <= 0:
-            raise InputError(f"categorical_cost must be > 0, got {self.categorical_cost!r}.")
-        for name in ("beam_width", "pool", "rounds"):
-            if int(getattr(self, name)) < 1:
-                raise InputError(f"{name} must be >= 1, got {getattr(self, name)!r}.")
+        if not (is_number(self.epsilon) and np.isfinite(self.epsilon) and self.epsilon >= 0):
+            raise InputError(
+                f"epsilon must be a finite number >= 0 (in feature scales), got {self.epsilon!r}."
+            )
+        for name in ("categorical_cost", "time_limit"):
+            value = getattr(self, name)
+            if not (is_number(value) and value > 0):
+                raise InputError(f"{name} must be a number > 0, got {value!r}.")
+        for name, least in (("beam_width", 1), ("pool", 1), ("rounds", 1), ("n_reference", 0)):
+            value = getattr(self, name)
+            if not (is_integer(value) and value >= least):
+                raise InputError(f"{name} must be an integer >= {least}, got {value!r}.")
+        self._check_feature_settings()
+
+    def _check_feature_settings(self) -> None:
+        """The settings that name features have the right containers (the features themselves are
+        checked against the model by :meth:`_constraints`)."""
+        for name in ("immutable", "integer"):
+            value = getattr(self, name)
+            if name == "integer" and isinstance(value, str):
+                continue  # "auto", checked with the data
+            if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+                raise InputError(f"{name} must be a list of features (names or positions), got {value!r}: "
+                                 f"for one feature pass [{value!r}].")
+        for name in ("bounds", "monotone"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Mapping):
+                raise InputError(f"{name} must be a mapping from features to settings, got {value!r}.")
 
     def _feature_index(self, key: str | int, what: str) -> int:
         names = [str(n) for n in self.feature_names_in_]
@@ -277,7 +302,12 @@ class FeatureTweaking:
             f = self._feature_index(key, "bounds")
             if cat[f]:
                 raise InputError(f"bounds: feature {key!r} is categorical; bounds apply to numbers.")
-            lo, hi = pair
+            try:
+                lo, hi = pair
+            except (TypeError, ValueError):
+                raise InputError(f"bounds: {key!r} must map to (low, high), got {pair!r}.") from None
+            if not all(v is None or (is_number(v) and not np.isnan(v)) for v in (lo, hi)):
+                raise InputError(f"bounds: {key!r} must map to two numbers (None: unbounded), got {pair!r}.")
             lower[f] = -np.inf if lo is None else float(lo)
             upper[f] = np.inf if hi is None else float(hi)
             if lower[f] > upper[f]:
@@ -285,7 +315,8 @@ class FeatureTweaking:
         direction = np.zeros(F, dtype=np.int64)
         for key, way in (self.monotone or {}).items():
             f = self._feature_index(key, "monotone")
-            sign = {"increase": 1, "decrease": -1, 1: 1, -1: -1}.get(way)
+            known = isinstance(way, str) or is_number(way)  # not a list, which no key matches
+            sign = {"increase": 1, "decrease": -1, 1: 1, -1: -1}.get(way) if known else None
             if sign is None or cat[f]:
                 raise InputError(
                     f"monotone: {key!r} must map to +1/'increase' or -1/'decrease' on a numerical feature."
@@ -368,9 +399,17 @@ class FeatureTweaking:
             then ``cost`` (NaN if none), ``prediction`` (the booster's own prediction of the tweaked
             row), ``n_changed`` (features changed) and ``source`` (which candidate won: "unchanged",
             "path", "combined", "training_row", "exact" or "none").
+
+        Raises
+        ------
+        InputError
+            ``X`` without rows or in another format than :meth:`fit`'s, an invalid setting or
+            constraint, or a ``cost`` callable that does not return one number per candidate row.
         """
         if not hasattr(self, "reader_"):
             self.fit()
+        self._check_settings()  # set_params may have changed them since fit
+        X = check_table(X, "X")
         codec = self._codec or Codec(self.reader_, X)
         Z = codec.encode(X)
         n = Z.shape[0]

@@ -97,7 +97,7 @@ def test_output_names_the_scored_margin_of_a_binary_model(fitted: tuple) -> None
     np.testing.assert_array_equal(ex.score_training_points(X_test, on="prediction", output=1), P)
     with pytest.raises(InputError, match="sign flipped"):
         ex.score_training_points(X_test, on="prediction", output=0)
-    with pytest.raises(InputError, match="not among the model's classes"):
+    with pytest.raises(InputError, match=r"output=7 is not a class of this 2-class model: .* \[0, 1\]"):
         ex.score_training_points(X_test, on="prediction", output=7)
     with pytest.raises(InputError, match="on='prediction'"):
         ex.score_training_points(X_test, y_test, output=1)

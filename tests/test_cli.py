@@ -224,3 +224,35 @@ def test_score_keys_rows_by_an_id_and_draws_a_plot(files: tuple, capsys: pytest.
     capsys.readouterr()
     assert main([*argv[:-6], "--id", "nothing"]) == 2
     assert "no --id column 'nothing'" in capsys.readouterr().err
+
+
+def test_ubj_files_are_checked_whole_before_xgboost_reads_them(tmp_path) -> None:
+    """XGBoost's UBJSON reader trusts the lengths it reads (a cut file crashed the process, issue 25):
+    the document is walked in Python first, and XGBoost loads exactly the checked bytes."""
+    import xgboost
+
+    from influence_gbdt.cli import load_model
+    from influence_gbdt.errors import InputError
+
+    X, y, X_test, _ = binary_data(n=200, n_test=10)
+    booster = classifier("xgboost", X, y, n_trees=5).get_booster()
+    path = tmp_path / "model.ubj"
+    booster.save_model(path)
+    test = xgboost.DMatrix(X_test)
+    np.testing.assert_array_equal(load_model(path).predict(test), booster.predict(test))
+    raw = path.read_bytes()
+    key = b"i\x01a"  # the key "a": int8 length 1
+    malformed = {
+        "trailing": (raw + b"Z", "ends at byte .* but 1 bytes follow"),
+        "unknown-marker": (b"{" + key + b"X}", "'X', which starts no UBJSON value"),
+        "negative-length": (b"{" + key + b"Si\xff}", r"negative \(-1\)"),
+        "count-beyond-the-end": (b"{" + key + b"[$d#L" + (2**40).to_bytes(8, "big") + b"}", "truncated"),
+        "nested-too-deeply": (b"{" + key + b"[" * 100 + b"]" * 100 + b"}", "nested more than 64 deep"),
+        "not-an-object": (b"[]", r"does not start with a UBJSON object"),
+        "no-learner": (b"{" + key + b"Z}", r"no XGBoost model \(its keys are \['a'\]"),
+    }
+    for name, (data, match) in malformed.items():
+        bad = tmp_path / f"{name}.ubj"
+        bad.write_bytes(data)
+        with pytest.raises(InputError, match=match):
+            load_model(bad)

@@ -7,6 +7,7 @@ the message. The silent-wrong cases of issue 12 have their own tests in test_api
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import subprocess
@@ -24,6 +25,7 @@ from boosters import LIBRARIES, binary_data, classifier, save_model
 
 from influence_gbdt import (
     BoostingInfluence,
+    FeatureTweaking,
     InputError,
     MissingDependencyError,
     NotFittedError,
@@ -100,6 +102,31 @@ def _container(kind: str) -> Callable[[Ctx], Any]:
         return c.score(catboost.Pool(c.Xt))
 
     return run
+
+
+@functools.cache
+def _three_classes(library: str, raw: bool) -> tuple[BoostingInfluence, pd.DataFrame]:
+    """An explainer of a 3-class classifier of ``library`` (``raw``: its LightGBM Booster, which
+    records no class labels) and its test rows."""
+    X, _, Xt, _ = binary_data(n=200, n_test=10)
+    y = np.arange(200) % 3
+    model = classifier(library, X, y, n_trees=2)
+    return BoostingInfluence(model.booster_ if raw else model, progress=False).fit(X, y), Xt
+
+
+def _output(raw: bool = False, **kwargs: Any) -> Callable[[Ctx], Any]:
+    """Score the raw prediction of a 3-class model (``raw``: its booster) with ``kwargs``."""
+
+    def run(c: Ctx) -> Any:
+        ex, Xt = _three_classes(c.library, raw)
+        return ex.score_training_points(Xt, on="prediction", **kwargs)
+
+    return run
+
+
+def _tweak(**settings: Any) -> Callable[[Ctx], Any]:
+    """FeatureTweaking with ``settings``, fitted on the training rows, tweaking the test rows."""
+    return lambda c: FeatureTweaking(c.model, **settings).fit(c.X).tweak(c.Xt)
 
 
 @dataclass(frozen=True)
@@ -349,6 +376,60 @@ CASES = [
         ("catboost",),
     ),
     Case("catboost-sum-models", _catboost("sum_models"), UnsupportedModelError, "sum_models", ("catboost",)),
+    # the output scored on a multiclass model
+    Case(
+        "output-not-a-class",
+        _output(output=3),
+        InputError,
+        r"output=3 is not a class of this 3-class model: its classes are \[0, 1, 2\]",
+    ),
+    Case(
+        "output-beyond-a-raw-booster",
+        _output(raw=True, output=3),
+        InputError,
+        r"output=3 is not an output of this model: it has 3 outputs .*Pass an index in 0 \.\. 2",
+        ("lightgbm",),
+    ),
+    Case(
+        "output-missing",
+        _output(),
+        InputError,
+        r"The model has 3 outputs \(classes \[0, 1, 2\]\): .*e\.g\. output=0",
+    ),
+    # FeatureTweaking: settings, the cost callable, the rows
+    Case("tweak-epsilon-text", _tweak(epsilon="0.1"), InputError, "epsilon must be a finite number >= 0"),
+    Case("tweak-beam-width-fraction", _tweak(beam_width=2.5), InputError, "beam_width must be an integer"),
+    Case("tweak-categorical-cost-text", _tweak(categorical_cost="1"), InputError, "must be a number > 0"),
+    Case(
+        "tweak-cost-wrong-shape",
+        _tweak(cost=lambda x, V: np.zeros(3)),
+        InputError,
+        r"cost\(x, V\) must return one number .* per row of V, .*returned shape \(3,\)",
+    ),
+    Case(
+        "tweak-cost-not-numbers",
+        _tweak(cost=lambda x, V: ["far"] * len(V)),
+        InputError,
+        r"returned list \['far'",
+    ),
+    Case("tweak-cost-nan", _tweak(cost=lambda x, V: np.full(len(V), np.nan)), InputError, "returned NaN"),
+    Case("tweak-immutable-string", _tweak(immutable="a"), InputError, r"list of features .*pass \['a'\]"),
+    Case("tweak-bounds-text", _tweak(bounds={"a": ("low", 1.0)}), InputError, "must map to two numbers"),
+    Case("tweak-bounds-nan", _tweak(bounds={"a": (np.nan, 1.0)}), InputError, "must map to two numbers"),
+    Case("tweak-bounds-scalar", _tweak(bounds={"a": 1.0}), InputError, r"must map to \(low, high\)"),
+    Case("tweak-monotone-list", _tweak(monotone={"a": [1]}), InputError, r"must map to \+1/'increase'"),
+    Case(
+        "tweak-empty-frame",
+        lambda c: FeatureTweaking(c.model).fit(c.X).tweak(c.Xt.iloc[:0]),
+        InputError,
+        "X has no rows",
+    ),
+    Case(
+        "tweak-fit-empty-frame",
+        lambda c: FeatureTweaking(c.model).fit(c.X.iloc[:0]),
+        InputError,
+        "X has no rows",
+    ),
 ]
 
 
@@ -387,15 +468,24 @@ def cli_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     X.assign(label=np.where(y == 1, "yes", "no")).to_csv(d / "train_text_labels.csv", index=False)
     (d / "empty.csv").write_text("")
     (d / "header_only.csv").write_text("a,b,c,d,label\n")
+    files["formats"] = formats = {}  # every model file format: "library .suffix" -> path
     for library in LIBRARIES:
         sub = d / library
         sub.mkdir()
-        path, params = save_model(library, classifier(library, X, y, n_trees=6), sub)
+        model = classifier(library, X, y, n_trees=6)
+        path, params = save_model(library, model, sub)
         files[library] = (path, params)
         raw = Path(path).read_bytes()
         suffix = Path(path).suffix
         (sub / f"truncated{suffix}").write_bytes(raw[: len(raw) // 2])
         (sub / f"garbage{suffix}").write_bytes(b"\x00\x01 not a model \x02")
+        formats[f"{library} {suffix}"] = Path(path)
+        if library == "xgboost":
+            model.get_booster().save_model(sub / "model.ubj")
+            formats["xgboost .ubj"] = sub / "model.ubj"
+        if library == "catboost":
+            model.save_model(str(sub / "model.json"), format="json")
+            formats["catboost .json"] = sub / "model.json"
     return files
 
 
@@ -508,7 +598,79 @@ CLI_CASES = [
     ),
     CliCase("demo-trees-zero", lambda f, lib: ["demo", "--trees", "0"], "must be >= 1", ("catboost",)),
     CliCase("demo-seed-negative", lambda f, lib: ["demo", "--seed", "-1"], "must be >= 0", ("catboost",)),
+    # malformed JSON options
+    CliCase(
+        "params-key-twice",
+        lambda f, lib: ["check", *_args(f, lib, params="x"), "--params", '{"eta": 0.3, "eta": 0.1}'],
+        "--params gives 'eta' twice",
+    ),
+    CliCase(
+        "params-nested-too-deeply",
+        lambda f, lib: ["check", *_args(f, lib, params="x"), "--params", "[" * 100_000],
+        "--params nests JSON too deeply",
+    ),
+    CliCase(
+        "params-longer-than-a-file-name",  # once an OSError from checking for a file of that name
+        lambda f, lib: ["check", *_args(f, lib, params="x"), "--params", '{"eta": ' + " " * 300 + "0.3"],
+        "--params must be a JSON object .* is not valid JSON",
+    ),
+    CliCase(
+        "tweak-bounds-not-numbers",
+        lambda f, lib: [*_tweak_args(f, lib), "--bounds", '{"a": ["low", 1]}'],
+        r"bounds: 'a' must map to two numbers",
+    ),
+    CliCase(
+        "tweak-bounds-not-pairs",
+        lambda f, lib: [*_tweak_args(f, lib), "--bounds", '{"a": 1}'],
+        r"--bounds: 'a' must map to \[low, high\]",
+    ),
+    CliCase(
+        "tweak-bounds-key-twice",
+        lambda f, lib: [*_tweak_args(f, lib), "--bounds", '{"a": [0, 1], "a": [1, 2]}'],
+        "--bounds gives 'a' twice",
+    ),
+    CliCase(
+        "tweak-bounds-nested-too-deeply",
+        lambda f, lib: [*_tweak_args(f, lib), "--bounds", '{"a": ' * 50_000],
+        "--bounds nests JSON too deeply",
+    ),
+    CliCase(
+        "tweak-monotone-list",
+        lambda f, lib: [*_tweak_args(f, lib), "--monotone", '{"a": [1]}'],
+        r"monotone: 'a' must map to \+1",
+    ),
+    CliCase(
+        "tweak-epsilon-nan",
+        lambda f, lib: [*_tweak_args(f, lib), "--epsilon", "nan"],
+        "epsilon must be a finite number",
+    ),
+    # --plot's file type and tweak's -o are checked before anything else, like score's -o
+    CliCase(
+        "plot-unknown-extension",
+        lambda f, lib: [*_no_model(f, lib), "--plot", "plot.xyz"],
+        r"--plot plot\.xyz: matplotlib cannot draw a \.xyz file; .*\.png|\[plot\]",
+    ),
+    CliCase(
+        "plot-no-extension",
+        lambda f, lib: [*_no_model(f, lib), "--plot", "plot"],
+        r"matplotlib cannot draw a file without an extension|\[plot\]",
+    ),
+    CliCase(
+        "tweak-output-dir-missing",
+        lambda f, lib: [*_tweak_args(f, lib, model="nowhere.txt"), "-o", str(f["dir"] / "no" / "t.csv")],
+        "the directory .* does not exist",
+    ),
 ]
+
+
+def _no_model(files: dict[str, Any], library: str) -> list[str]:
+    """score with a model file that does not exist: an error about anything else was found first."""
+    return ["score", *_args(files, library, model="nowhere.txt"), "--test", "t.csv"]
+
+
+def _tweak_args(files: dict[str, Any], library: str, model: str | None = None) -> list[str]:
+    data = str(files["dir"] / "test.csv")
+    return ["tweak", model or files[library][0], "--data", data, "--label", "label"]
 
 
 def _sibling(files: dict[str, Any], library: str, stem: str) -> Path:
@@ -548,31 +710,61 @@ def test_demo_names_the_extra_to_install_without_catboost(monkeypatch: pytest.Mo
         run_demo(n_trees=1)
 
 
-def test_truncated_lightgbm_files_never_abort_the_process(cli_files: dict[str, Any]) -> None:
-    # LightGBM aborts inside C++ (exit 134) on a file cut inside its trees: each cut either loads or
-    # is refused with InputError. Run in a child so that an abort fails this test, not the session.
-    path = cli_files["lightgbm"][0]
+FORMATS = ("xgboost .json", "xgboost .ubj", "lightgbm .txt", "catboost .cbm", "catboost .json")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_truncated_model_file_is_one_line_and_exit_code_2(fmt: str, cli_files: dict[str, Any]) -> None:
+    # Issue 25: an XGBoost .ubj file cut to 10% killed the command with SIGSEGV (XGBoost's reader).
+    # Run the command in a child, so that a crash fails this test and not the session.
+    path = cli_files["formats"][fmt]
+    raw = path.read_bytes()
+    cut = cli_files["dir"] / f"tenth-{path.parent.name}{path.suffix}"
+    cut.write_bytes(raw[: len(raw) // 10])
+    args = ["check", str(cut), "--train", str(cli_files["dir"] / "train.csv"), "--label", "label"]
+    out = subprocess.run([sys.executable, "-m", "influence_gbdt.cli", *args], capture_output=True, text=True)
+    err = out.stderr.strip()
+    assert out.returncode == 2 and "\n" not in err, (out.returncode, err[-2000:])
+    assert err.startswith("influence-gbdt check: error: ") and re.search(
+        r"not a complete .* model file|not valid JSON|cannot read model file", err
+    ), err
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_cut_of_a_model_file_is_refused_before_the_booster_reads_it(
+    fmt: str, cli_files: dict[str, Any]
+) -> None:
+    # XGBoost crashes (SIGSEGV) on some cuts of a .ubj file and LightGBM aborts (exit 134) on a
+    # .txt file cut inside its trees: every cut must be refused with InputError. (A LightGBM file
+    # that ends after its parameters is complete: LightGBM's C++ code writes nothing more, the
+    # Python package a last pandas_categorical line.) Run in a child: a crash fails this test only.
     code = textwrap.dedent(
         f"""
         import pathlib, tempfile
         from influence_gbdt.cli import load_model
         from influence_gbdt.errors import InputError
-        text = pathlib.Path({str(path)!r}).read_bytes()
-        trees_end = text.index(b"end of trees") + len(b"end of trees")
-        inside = refused_inside = 0
+        path = pathlib.Path({str(cli_files["formats"][fmt])!r})
+        text = path.read_bytes()
+        complete = len(text)
+        ends = []
+        if path.suffix == ".txt":
+            complete = text.index(b"end of parameters") + len(b"end of parameters")
+            line = text.rindex(b"pandas_categorical:")
+            ends = list(range(line + 1, len(text) - 1))  # the last line, but its final newline
+        ends += [*range(0, complete, max(complete // 150, 1)), complete - 1]
+        refused = 0
         with tempfile.TemporaryDirectory() as tmp:
-            cut = pathlib.Path(tmp) / "cut.txt"
-            for end in range(0, len(text), max(len(text) // 80, 1)):
+            cut = pathlib.Path(tmp) / ("cut" + path.suffix)
+            for end in ends:
                 cut.write_bytes(text[:end])
-                inside += end < trees_end
                 try:
                     load_model(cut)
                 except InputError:
-                    refused_inside += end < trees_end
-        print(inside, refused_inside)
+                    refused += 1
+        print(len(ends), refused)
         """
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
-    inside, refused_inside = map(int, out.stdout.split())
-    assert inside > 20 and refused_inside == inside  # a cut in the trailing sections may still load
+    cuts, refused = map(int, out.stdout.split())
+    assert cuts >= 150 and refused == cuts
