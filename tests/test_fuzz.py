@@ -221,7 +221,6 @@ CASES = [
     ),
     # labels, weights, init scores
     Case("y-too-short", lambda c: c.new().fit(c.X, c.y[:-1]), InputError, "X has 200 rows but y has shape"),
-    Case("y-two-columns", lambda c: c.new().fit(c.X, np.c_[c.y, c.y]), InputError, "y has shape"),
     Case(
         "y-nan",
         lambda c: c.new().fit(c.X, np.where(np.arange(200) == 3, np.nan, c.y)),
@@ -396,6 +395,16 @@ CASES = [
         InputError,
         r"The model has 3 outputs \(classes \[0, 1, 2\]\): .*e\.g\. output=0",
     ),
+    # Shapes and units of issue 25 (what is accepted instead is tested against retraining in
+    # test_multi_output.py and test_api.py)
+    Case("y-two-columns", lambda c: c.new().fit(c.X, np.c_[c.y, c.y]), InputError,
+         r"y must be one-dimensional \(one label per row\)"),
+    Case("init-score-two-columns-binary", lambda c: c.new().fit(c.X, c.y, init_score=np.zeros((len(c.y), 2))),
+         InputError, r"init_score must have shape \(200,\)"),
+    Case("weights-all-zero", lambda c: c.new().fit(c.X, c.y, sample_weight=np.zeros(len(c.y))), InputError,
+         "sum to 0"),
+    Case("influence-unit-typo", lambda c: c.new(influence_unit="rows").fit(c.X, c.y), InputError,
+         "influence_unit must be one of"),
     # FeatureTweaking: settings, the cost callable, the rows
     Case("tweak-epsilon-text", _tweak(epsilon="0.1"), InputError, "epsilon must be a finite number >= 0"),
     Case("tweak-beam-width-fraction", _tweak(beam_width=2.5), InputError, "beam_width must be an integer"),
