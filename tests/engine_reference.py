@@ -419,6 +419,7 @@ class Spec:
             quantile_alpha=self.params.get("alpha", 0.5),
             quantile_method=self.renew or "lightgbm",
             quantile_weighted=self.q_weighted,
+            float32_base=self.renew == "lightgbm",  # LightGBM's percentile base is a float (as above)
             quantile_delta=self.q_delta,
             init_offset=self.offset,
             user_weight=self.v,

@@ -157,8 +157,14 @@ def numpy_refit(model, X, y01, w_eff, Xt, scales, bias, n_rows=None):
     return F
 
 
-def const_bias(loss, y, w):
-    mean = np.dot(w, y) / w.sum()
+def const_bias(loss, y, w, catboost_rounding=False):
+    """The boost_from_average bias: the link of the weighted label mean; with ``catboost_rounding``
+    as CatBoost computes it (``CalculateWeightedTargetAverage``: float32 label-times-weight products
+    summed in double, the mean returned as a float32)."""
+    if catboost_rounding:
+        mean = float(np.float32(np.cumsum(f32(y * w))[-1] / np.cumsum(w)[-1]))
+    else:
+        mean = np.dot(w, y) / w.sum()
     return np.log(mean / (1 - mean)) if loss == "Logloss" else mean
 
 
@@ -191,10 +197,12 @@ def test_refit_and_influence_match_numpy_loop(data, loss, kw, weights):
     stored_bias = model.get_scale_and_bias()[1]
 
     def margins(v, bias=None, bump=0.0, n_rows=None):
-        # A retrain re-estimates the bias exactly (CatBoost then rounds it to float32; not modelled).
+        # A retrain (deletion: n_rows given) re-estimates the bias as CatBoost computes it; the weight
+        # derivative is of the unrounded mean.
         w_eff = f32(v * factor) + bump
         if bias is None:
-            bias = const_bias(loss, ens.y[:, 0], w_eff) if refit_bias else stored_bias
+            bias = (const_bias(loss, ens.y[:, 0], w_eff, catboost_rounding=n_rows is not None) if refit_bias
+                    else stored_bias)
         return numpy_refit(model, X, ens.y[:, 0], w_eff, Xt, scales, bias, n_rows)
 
     base = margins(user, stored_bias)
