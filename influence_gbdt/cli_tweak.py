@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .cli_io import check_output, json_object, load_model, read_table, write_table
 from .errors import InputError
 
 
@@ -42,7 +43,6 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _json(text: str | None, what: str, example: str) -> dict[str, Any] | None:
-    from .cli import json_object
 
     return json_object(text, what, example) if text else None
 
@@ -50,7 +50,6 @@ def _json(text: str | None, what: str, example: str) -> dict[str, Any] | None:
 def _frame(path: str, label: str | None, reader: Any) -> pd.DataFrame:
     """Read a table as the model wants it: label dropped, the model's column order, stored
     categories restored (a CSV loses pandas' category dtype)."""
-    from .cli import read_table
 
     frame = read_table(path)
     if label is not None and label in frame.columns:
@@ -83,7 +82,6 @@ def _target(value: str | None, classes: np.ndarray) -> Any:
 def run(args: argparse.Namespace) -> int:
     """Run ``tweak``; returns the exit code."""
     from .adapters.trees import trees_for
-    from .cli import check_output, load_model, write_table
     from .tweaking import FeatureTweaking
 
     if args.output:
