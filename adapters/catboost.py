@@ -8,7 +8,7 @@ mean loss falls; every rejected try uses up one of the iterations, and a tree ma
 that were never accepted. For Logloss CatBoost computes that loss in exp space with a fast exp and
 log in float32 lanes (x86-64), so near-ties are decided by its arithmetic: the engine decides every
 step itself with the same arithmetic (``backtracking_objective="fast_logloss"``, see
-:mod:`influence_gbdt._fastobj`) and the self-check proves the decisions. That arithmetic splits rows
+:mod:`influence_gbdt.engine.fastobj`) and the self-check proves the decisions. That arithmetic splits rows
 into ranges by the training thread count when 10,000 < N < 100,000; the model does not record it, so
 :meth:`CatBoostAdapter.verify` finds it (``params={"thread_count": k}`` gives it directly).
 

@@ -155,7 +155,7 @@ def main() -> None:
     print("| operation | seconds | unit | target |")
     print("|---|---:|---|---|")
     for name, unit, sec, target in results:
-        print(f"| {name} | {sec:.4f} | {unit} | {target} |")
+        print(f"| {name} | {sec:.4g} | {unit} | {target} |")
 
 
 if __name__ == "__main__":

@@ -1,26 +1,39 @@
-"""numba as the kernels use it: where compiled code is cached.
+"""numba as the kernels use it: where compiled code comes from and is cached.
 
 The kernel modules import this module *as* ``numba`` (``from . import _jit as numba``), so their
-decorators read as plain numba (``@numba.njit(cache=True, nogil=True)``) while one thing is
-decided here, once:
+decorators read as plain numba (``@numba.njit(cache=True, nogil=True)``) while a few things are
+decided here, once.
 
-**Cache location.** numba's own ``cache=True`` writes next to the source file, i.e. into the
-installed package directory. Files pip did not install stay behind after ``pip uninstall``, and a
-leftover ``influence_gbdt/__pycache__`` turns the package into an empty namespace package for the
-next install. Here ``cache=True`` means: cache in
+**Precompiled kernels.** A wheel built from the sources (``pip install .``, ``python -m build``)
+carries its kernels already compiled, for a portable CPU target (``NUMBA_CPU_NAME=generic``:
+x86-64 or aarch64 without extensions), in ``influence_gbdt/_kernels/<key>/`` (see
+:mod:`influence_gbdt._warmup`, which the build runs). They are read first, and used only where the
+key matches this process exactly: numba's version, Python's version and a digest of the package's
+sources (:data:`SHIPPED_DIR`; None otherwise). A kernel found there is not compiled at all.
+``INFLUENCE_GBDT_PRECOMPILED=0`` ignores them (what ``benchmarks/coldstart.py`` measures the
+fallback with).
+
+**Cache location.** What is compiled at run time (another numba or Python version, an editable
+install, a signature the precompiled set lacks) is cached, never in the installed package (files
+pip did not install stay behind after ``pip uninstall``, and a leftover
+``influence_gbdt/__pycache__`` turns the package into an empty namespace package for the next
+install), but in
 
 1. ``$NUMBA_CACHE_DIR`` if set (numba's own setting; if it is not writable, nothing is cached),
 2. else ``$XDG_CACHE_HOME/influence-gbdt``, or ``~/.cache/influence-gbdt`` without XDG_CACHE_HOME,
 3. else (no writable directory, e.g. a read-only HOME) nowhere: the kernels compile in memory at
    first use in each process, and nothing is written.
 
-Never into the package directory. :data:`CACHE_DIR` holds the choice made at import: a
-subdirectory named by a digest of the package's sources (:func:`source_digest`); in our own
+:data:`CACHE_DIR` holds the choice made at import: a subdirectory named by a digest of the
+*contents* of the package's sources (:func:`source_digest`), so that the same code compiles once
+whatever installed it (a reinstall, an editable install, another virtual environment); in our own
 directory (not in ``$NUMBA_CACHE_DIR``) the other versions' subdirectories that nothing has written
-to for :data:`STALE_DAYS` days are removed then. numba checks a
-cached kernel only against its *own* file's timestamp, so a kernel that calls a function of
-another module (every kernel calls the losses) would otherwise keep running the old callee after
-that module changed (an upgrade, or an edit in a development install).
+to for :data:`STALE_DAYS` days are removed then. Every cached kernel is stamped with that digest
+too, not with its file's modification time as numba's own cache does: a kernel that calls a
+function of another module (every kernel calls the losses) must not keep running an old callee.
+
+**Compiling is announced.** The first time a process compiles one of the package's kernels it
+says so in one line on stderr (what, why, about how long); ``INFLUENCE_GBDT_QUIET=1`` silences it.
 
 No kernel uses numba's ``parallel=True`` layer (whose ``workqueue`` backend aborts the process when
 two Python threads enter parallel code at once): kernels release the GIL and the engine runs them
@@ -30,19 +43,21 @@ on its own threads, so several threads may score at the same time.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
 import numba as _numba
-from numba.core import config as _numba_config
+from numba.core import caching as _caching
+from numba.core import event as _event
 from numba.core import types as _types
-
-_config: Any = _numba_config  # CACHE_DIR is read when a dispatcher is made
 
 
 def _writable_dir(path: str) -> bool:
@@ -71,7 +86,7 @@ def cache_dir() -> str | None:
             return None
         chosen = os.path.join(base, "influence-gbdt")
     parent = os.path.abspath(chosen)
-    chosen = os.path.join(parent, source_digest())
+    chosen = os.path.join(parent, DIGEST)
     if not _writable_dir(chosen):
         return None
     if own:  # never in $NUMBA_CACHE_DIR, which other projects share
@@ -107,45 +122,174 @@ _DIGEST = re.compile(r"[0-9a-f]{16}")
 
 
 def source_digest() -> str:
-    """16 hex digits naming this version of the package's Python sources (names, sizes and
-    modification times of every ``.py`` file in the package directory, sub-packages included)."""
+    """16 hex digits naming this version of the package's Python sources: the names and *contents*
+    of every ``.py`` file of ``influence_gbdt`` and of its ``adapters`` sub-package, wherever that
+    lies (inside the package when installed, beside it in an editable install); about 2 ms. The
+    same code gives the same digest wherever it is installed (a reinstall, an editable install,
+    another virtual environment), so its kernels are compiled once."""
     root = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.find_spec("influence_gbdt.adapters")
+    adapters = (os.path.dirname(os.path.abspath(spec.origin)) if spec is not None and spec.origin
+                else os.path.join(root, "adapters"))
+    files = []
+    for top, prefix in ((root, ""), (adapters, "adapters")):
+        for folder, dirs, names in os.walk(top):
+            dirs[:] = [d for d in dirs if d != "__pycache__" and os.path.join(folder, d) != adapters]
+            paths = [os.path.join(folder, f) for f in names if f.endswith(".py")]
+            files += [(os.path.join(prefix, os.path.relpath(path, top)), path) for path in paths]
     digest = hashlib.sha256()
-    for folder, dirs, files in sorted(os.walk(root)):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for name in sorted(f for f in files if f.endswith(".py")):
-            path = os.path.join(folder, name)
-            stat = os.stat(path)
-            digest.update(f"{os.path.relpath(path, root)}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+    for name, path in sorted(files):
+        with open(path, "rb") as fh:
+            content = fh.read()
+        digest.update(f"{name}:{len(content)};".encode())
+        digest.update(content)
     return digest.hexdigest()[:16]
 
 
-#: Where this process caches compiled kernels (None: in memory only).
+#: The digest of the package's sources (:func:`source_digest`), computed once at import.
+DIGEST: str = source_digest()
+#: Where this process caches the kernels it compiles (None: in memory only).
 CACHE_DIR: str | None = cache_dir()
+#: Where a built wheel keeps its precompiled kernels (see the module docstring).
+SHIPPED_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_kernels")
+#: The CPU a precompiled kernel was built for, as numba's codegen names its target: (triple,
+#: cpu name, features).
+PORTABLE_CPU = "generic"
+
+
+def shipped_key() -> str:
+    """The name of the precompiled kernels' directory this process can use: numba's version,
+    Python's version and the sources' digest (``0.68.1-py311-<digest>``)."""
+    return f"{_numba.__version__}-py{sys.version_info[0]}{sys.version_info[1]}-{DIGEST}"
+
+
+def _shipped_dir() -> tuple[str | None, tuple[Any, ...] | None]:
+    """(the precompiled kernels' directory, the codegen magic tuple they were compiled for), or
+    (None, None) when there are none for this process: another numba, Python, source version or
+    machine triple; or ``INFLUENCE_GBDT_PRECOMPILED=0`` is set (to measure or rule out the
+    precompiled kernels)."""
+    if os.environ.get("INFLUENCE_GBDT_PRECOMPILED") == "0":
+        return None, None
+    path = os.path.join(SHIPPED_ROOT, shipped_key())
+    try:
+        with open(os.path.join(path, "manifest.json")) as fh:
+            manifest = json.load(fh)
+    except (OSError, ValueError):
+        return None, None
+    from numba.core.registry import cpu_target
+
+    triple = cpu_target.target_context.codegen().magic_tuple()[0]
+    magic = tuple(manifest.get("magic") or ())
+    if len(magic) != 3 or magic[0] != triple:
+        return None, None
+    return path, magic
+
+
+SHIPPED_DIR, _SHIPPED_MAGIC = _shipped_dir()
+
+
+class _Locator(_caching._CacheLocator):
+    """:data:`CACHE_DIR`, every kernel stamped with the sources' digest (not its file's mtime)."""
+
+    def __init__(self, py_func: Any, py_file: str) -> None:
+        self._lineno = py_func.__code__.co_firstlineno
+
+    def get_cache_path(self) -> str:
+        return CACHE_DIR or ""
+
+    def get_source_stamp(self) -> Any:
+        return ("influence-gbdt", DIGEST)
+
+    def get_disambiguator(self) -> str:
+        return str(self._lineno)
+
+    @classmethod
+    def from_function(cls, py_func: Any, py_file: str) -> _Locator:
+        return cls(py_func, py_file)
+
+
+class _Impl(_caching.CompileResultCacheImpl):
+    _locator_classes = [_Locator]  # noqa: RUF012 (numba's base class declares it a list)
+
+
+class KernelCache(_caching.FunctionCache):
+    """numba's function cache with the precompiled kernels read first (under the portable target's
+    key: their code runs on any CPU of the machine triple) and :data:`CACHE_DIR` (when there is one)
+    for what this process compiles."""
+
+    _impl_class = _Impl
+
+    def __init__(self, py_func: Any) -> None:
+        super().__init__(py_func)
+        self._shipped = None if SHIPPED_DIR is None else _caching.IndexDataCacheFile(
+            cache_path=SHIPPED_DIR, filename_base=self._impl.filename_base,
+            source_stamp=self._impl.locator.get_source_stamp())
+        if CACHE_DIR is None:
+            self.disable()
+
+    def load_overload(self, sig: Any, target_context: Any) -> Any:
+        if self._shipped is not None:
+            target_context.refresh()
+            key = self._index_key(sig, target_context.codegen())
+            data = self._shipped.load((key[0], _SHIPPED_MAGIC, key[2]))
+            if data is not None:
+                return self._impl.rebuild(target_context, data)
+        return super().load_overload(sig, target_context)
+
+
+#: Every kernel :func:`njit` made, in the order their modules defined them (the test suite checks
+#: that it compiles no signature of these that the precompiled set lacks).
+KERNELS: list[Any] = []
 
 
 def njit(*args: Any, **options: Any) -> Any:
-    """``numba.njit`` with ``cache=True`` redirected to :data:`CACHE_DIR`; used as ``@njit``,
-    ``@njit(...)`` or ``njit(...)(func)``."""
+    """``numba.njit`` whose ``cache=True`` means :class:`KernelCache`: the precompiled kernels, then
+    :data:`CACHE_DIR`; used as ``@njit``, ``@njit(...)`` or ``njit(...)(func)``.
+
+    ``internal=True`` marks a function only compiled code calls: numba then builds no Python (nor C)
+    wrapper for it, which a function taking the state's groups costs compile time for (unboxing
+    every array of every group), and Python cannot call it."""
     if args and callable(args[0]):
         return njit(**options)(args[0])
-    cache = bool(options.pop("cache", False)) and CACHE_DIR is not None
+    cache = bool(options.pop("cache", False))
+    if options.pop("internal", False):
+        options.update(no_cpython_wrapper=True, no_cfunc_wrapper=True)
 
     def decorate(func: Callable[..., Any]) -> Any:
-        if not cache:
-            dispatcher = _numba.njit(**options)(func)
-        else:
-            # numba picks the cache location when the dispatcher is made, from config.CACHE_DIR.
-            saved = _config.CACHE_DIR
-            _config.CACHE_DIR = CACHE_DIR
-            try:
-                dispatcher = _numba.njit(cache=True, **options)(func)
-            finally:
-                _config.CACHE_DIR = saved
+        dispatcher = _numba.njit(**options)(func)
+        if cache and (CACHE_DIR is not None or SHIPPED_DIR is not None):
+            dispatcher._cache = KernelCache(dispatcher.py_func)
         _compile_unliteral(dispatcher)
+        KERNELS.append(dispatcher)
         return dispatcher
 
     return decorate
+
+
+class _CompileNotice(_event.Listener):
+    """Says once per process, on stderr, that the package's kernels are being compiled and why."""
+
+    def __init__(self) -> None:
+        self.said = False
+
+    def on_start(self, event: Any) -> None:
+        dispatcher = event.data.get("dispatcher")
+        module = getattr(getattr(dispatcher, "py_func", None), "__module__", "") or ""
+        if self.said or not module.startswith("influence_gbdt") or os.environ.get("INFLUENCE_GBDT_QUIET"):
+            return
+        self.said = True
+        why = ("this install has no precompiled kernels for numba "
+               f"{_numba.__version__} / Python {sys.version_info[0]}.{sys.version_info[1]}"
+               if SHIPPED_DIR is None else "a kernel signature the precompiled set lacks")
+        where = f"cached in {CACHE_DIR}" if CACHE_DIR else "not cached: no writable cache directory"
+        print(f"influence-gbdt: compiling its kernels for this model ({why}; about 15-60 s once, "
+              f"{where}).", file=sys.stderr, flush=True)
+
+    def on_end(self, event: Any) -> None:
+        pass
+
+
+_event.register("numba:compile", _CompileNotice())
 
 
 def _compile_unliteral(dispatcher: Any) -> None:

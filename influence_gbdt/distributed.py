@@ -12,13 +12,14 @@ description depends on the whole training set (LightGBM's boost_from_average ini
 whole-set statistic is reduced first and handed to it. Then:
 
 - **Replay and self-check.** Margins move by the *stored* leaf values, so every partition's engine
-  (:class:`~influence_gbdt._partition.Partition`) sums ``w g`` and ``w h`` per leaf of every tree in
+  (:class:`~influence_gbdt.engine.partitioned.Partition`) sums ``w g`` and ``w h`` per leaf of every tree in
   one pass (its replay); the per-partition tables (one value per leaf) are summed, the leaf values
-  are recomputed from the sums on the client with the engine's own step rule (``_replay_steps``) and
+  are recomputed from the sums on the client with the engine's own step rule (the head,
+  :class:`~influence_gbdt.engine.partitioned.Head`) and
   compared with the stored ones (:meth:`DistributedEngine.check_reproduction`). Every partition then
   adopts the whole set's sums, leaf values and step derivatives.
 - **Exact reverse sweep** (LeafInfluence, ``all_points``): the engine's reverse mode
-  (:mod:`influence_gbdt._reverse`) split at its reductions. Per round, last to first: each
+  (:mod:`influence_gbdt.engine.passes`) split at its reductions. Per round, last to first: each
   partition's margin adjoints are summed per leaf (``gather_adjoints``, a table of B x leaves), the
   tables are added up, the leaf-level step (``leaf_adjoints``) turns them into the sums' adjoints,
   which go back to every partition for its rows (``row_adjoints``). A batch of ``B`` test objectives
@@ -59,43 +60,18 @@ import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 from tqdm.auto import tqdm
 
-from . import _jit as numba
-from ._base import BaseMargin
-from ._kernels import _replay_steps, mark_top, round_sizes
-from ._partition import (
-    LIBRARIES,
-    Partition,
-    adopt,
-    check_library,
-    forward_sums,
-    label_mean_sums,
-    local_scores,
-    propagation_advance,
-    propagation_start,
-    refit_sums,
-    row_facts,
-    row_weights,
-    summarize,
-    sweep_margin_adjoints,
-    sweep_round,
-    sweep_scores,
-    sweep_start,
-)
-from ._refit import refit_round_steps
-from ._reverse import leaf_adjoints
-from ._tables import Tables
 from .engine import (
-    _REVERSE_BATCH_BYTES,
-    InfluenceEngine,
+    REVERSE_BATCH_BYTES,
     Progress,
     TestPoints,
     UpdateSet,
-    _check_aggregate,
+    check_aggregate,
+    partitioned,
     resolve_rows,
 )
-from .ensemble import check_weight_sum
 from .errors import InputError, ReproductionError
 
+LIBRARIES = partitioned.LIBRARIES
 __all__ = ["LIBRARIES", "DistributedEngine", "fit_explainer", "is_dask_collection", "score_explainer"]
 
 
@@ -108,126 +84,8 @@ def is_dask_collection(obj: Any) -> bool:
     return bool(dask.is_dask_collection(obj))
 
 
-# ----------------------------------------------------------------------------------------------
-# Leaf values from the whole set's sums (on the client's head engine).
-
-
-@numba.njit(cache=True, nogil=True)
-def _leaf_values_from_sums(tb: Tables, mean_w: float) -> None:
-    """Leaf values ``tb.values`` (and the steps' derivatives ``tb.RG``, ``tb.RD``) of one-step trees
-    from the whole training set's sums ``tb.G``, ``tb.H``; ``mean_w`` = sum of weights / n."""
-    u = np.zeros(tb.leaf_off[-1])
-    most_leaves, _ = round_sizes(tb)
-    d = np.empty(most_leaves)
-    for r in range(tb.round_ptr.shape[0] - 1):
-        _replay_steps(tb, r, 0, mean_w, u, d)
-        rl0 = tb.leaf_off[tb.round_ptr[r]]
-        for t in range(tb.round_ptr[r], tb.round_ptr[r + 1]):
-            for gl in range(tb.leaf_off[t], tb.leaf_off[t + 1]):
-                tb.values[gl] = tb.lr[t] * tb.scales[t, 0] * d[gl - rl0]
-
-
-# ----------------------------------------------------------------------------------------------
-# Leaf-level halves of the rounds (small: one value per leaf; any worker, on the head engine).
-
-
-def _leaf_step(head: InfluenceEngine, r: int, n: int, c_leaf: NDArray[np.float64],
-               big_w_bar: NDArray[np.float64], *parts: NDArray[np.float64]
-               ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
-    """Round ``r``'s leaf-level backward step: the objectives' leaf coefficients ``c_leaf`` (B, n_total)
-    plus the partitions' per-leaf adjoint sums -> the sums' adjoints (g_bar, d_bar) and the l2
-    term's running adjoint."""
-    tb = head._tables
-    t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
-    rl0, rl1 = tb.leaf_off[t0], tb.leaf_off[t1]
-    u_bar = np.ascontiguousarray(c_leaf[:, rl0:rl1]) + sum(parts, np.zeros((c_leaf.shape[0], rl1 - rl0)))
-    g_bar, d_bar, big = np.zeros_like(u_bar), np.zeros_like(u_bar), big_w_bar.copy()
-    leaf_adjoints(tb, r, n, u_bar, g_bar, d_bar, big)
-    return g_bar, d_bar, big
-
-
-def _select(head: InfluenceEngine, r: int, k: int, B: int, *masses: NDArray[np.float64]
-            ) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
-    """The update set of round ``r`` for B deletions: top_k_leaves (``k`` > 0) keeps, per tree, the
-    ``k`` leaves whose rows' margins changed most (the partitions' ``masses`` (B, leaves) added up;
-    ties: lower leaf first), all_points (``k`` = 0) every leaf. Returns (chosen (B, leaves of the
-    round), every (B,): all leaves of the round chosen), as ``select_leaves`` decides them."""
-    tb = head._tables
-    t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
-    rl0 = tb.leaf_off[t0]
-    chosen = np.ones((B, int(tb.leaf_off[t1] - rl0)), dtype=bool)
-    if k == 0:
-        return chosen, np.ones(B, dtype=bool)
-    mass = _add(*masses)
-    every = True
-    for t in range(t0, t1):
-        lo, hi = tb.leaf_off[t] - rl0, tb.leaf_off[t + 1] - rl0
-        if k >= hi - lo:
-            continue
-        every = False
-        chosen[:, lo:hi] = False
-        for b in range(B):  # as select_leaves ranks them, on the summed masses
-            mark_top(mass[b, lo:hi], k, chosen[b, lo:hi])
-    return chosen, np.full(B, every)
-
-
-def _round_leaves(tb: Tables, r: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """For the leaves of round ``r`` (one-step trees), in order: their tree, and their step-leaf
-    slot (index into ``G``, ``H``, ``RG``, ``RD``)."""
-    t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
-    tree = np.repeat(np.arange(t0, t1), np.diff(tb.leaf_off[t0 : t1 + 1]))
-    leaf = np.arange(tb.leaf_off[t0], tb.leaf_off[t1])
-    return tree, tb.sl_off[tb.step_ptr[tree]] + leaf - tb.leaf_off[tree]
-
-
-def _refit_step(head: InfluenceEngine, r: int, facts: NDArray[np.float64],
-                selection: tuple[NDArray[np.bool_], NDArray[np.bool_]], *parts: NDArray[np.float64]
-                ) -> NDArray[np.float64]:
-    """Round ``r``'s leaf values with each of B rows deleted, (B, leaves of the round): the
-    partitions' sums (B, 2, leaves) plus the whole set's cached sums of the leaves the update set
-    leaves alone, through the step (``facts`` (B,): the mean weight without each row)."""
-    tb = head._tables
-    tree, slots = _round_leaves(tb, r)
-    chosen, every = selection
-    clean = ~(chosen | every[:, None])
-    total = _add(*parts)
-    G = np.where(clean, tb.G[slots][None, :], 0.0) + total[:, 0]
-    H = np.where(clean, tb.H[slots][None, :], 0.0) + total[:, 1]
-    d = np.empty(tree.size)
-    out = np.empty_like(G)
-    for b in range(G.shape[0]):
-        refit_round_steps(tb, r, G[b], H[b], float(facts[b]), d)
-        out[b] = tb.lr[tree] * (tb.scales[tree, 0] * d)  # as refit_one: lr * (0 + scale * d)
-    return out
-
-
-def _forward_step(head: InfluenceEngine, r: int, facts: NDArray[np.float64],
-                  selection: tuple[NDArray[np.bool_], NDArray[np.bool_]], *parts: NDArray[np.float64]
-                  ) -> NDArray[np.float64]:
-    """Round ``r``'s leaf-value derivatives in the weight of each of B rows, (B, leaves of the
-    round), from the partitions' sum derivatives (B, 2, leaves) through the step's derivatives
-    (``facts`` (B,): the derivative of the mean weight, for the L2 term scaled by it)."""
-    tb = head._tables
-    tree, slots = _round_leaves(tb, r)
-    total = _add(*parts)
-    d_h = total[:, 1] + tb.l2m[tree][None, :] * facts[:, None]
-    return tb.lr[tree] * (tb.scales[tree, 0] * (tb.RG[slots] * total[:, 0] + tb.RD[slots] * d_h))
-
-
-def _add(*parts: NDArray[np.float64]) -> NDArray[np.float64]:
-    """The partitions' arrays summed in order; all must have one shape (never broadcast: a
-    partition whose arrays had another shape would be added into every row)."""
-    if any(p.shape != parts[0].shape for p in parts):
-        raise ValueError(f"Partition sums of different shapes: {sorted({p.shape for p in parts})}.")
-    return np.asarray(sum(parts[1:], parts[0]))
-
-
 def _stack(*rounds: NDArray[np.float64]) -> NDArray[np.float64]:
     return np.concatenate(rounds, axis=1)
-
-
-# ----------------------------------------------------------------------------------------------
-# The client side.
 
 
 def _blocks(x: Any, what: str) -> list[Any]:
@@ -256,12 +114,12 @@ class DistributedEngine:
 
     Attributes
     ----------
-    head : InfluenceEngine
+    head : partitioned.Head
         The engine on two training rows with the whole set's leaf sums, values, step derivatives
         and base margin: it describes the test side (leaves, margins, objective coefficients) and
         runs the leaf-level halves of the rounds.
     partitions : list of dask Delayed
-        The persisted partitions (:class:`influence_gbdt._partition.Partition`; on the workers
+        The persisted partitions (:class:`influence_gbdt.engine.partitioned.Partition`; on the workers
         under a distributed Client), each holding the whole set's sums.
     chunks : tuple of int
         Rows per partition; ``n_rows`` their sum.
@@ -274,7 +132,7 @@ class DistributedEngine:
         import dask
         from dask import delayed
 
-        check_library(adapter.library)
+        partitioned.check_library(adapter.library)
         xs = _blocks(X, "X")
         columns = [_blocks(y, "y"), _blocks(sample_weight, "sample_weight"),
                    _blocks(init_score, "init_score")]
@@ -287,12 +145,13 @@ class DistributedEngine:
         label_mean = None
         if adapter.library == "lightgbm" and init_score is None:  # boost_from_average's whole-set mean
             pieces = dask.compute(
-                *[delayed(label_mean_sums)(ad, *a) for a in zip(xs, ys, ws, ss, strict=True)])
+                *[delayed(partitioned.label_mean_sums)(ad, *a) for a in zip(xs, ys, ws, ss, strict=True)])
             total = np.sum(pieces, axis=0)
             label_mean = float(total[0] / total[1]) if total[1] > 0 else None
-        parts = [delayed(Partition.describe)(ad, *a, label_mean) for a in zip(xs, ys, ws, ss, strict=True)]
+        parts = [delayed(partitioned.Partition.describe)(ad, *a, label_mean) for a in zip(xs, ys, ws, ss,
+                                                                                          strict=True)]
         every = dask.persist(*parts)
-        sizes = dask.compute(*[delayed(summarize)(p) for p in every])
+        sizes = dask.compute(*[delayed(partitioned.summarize)(p) for p in every])
         # Empty partitions (a filtered DataFrame's) are left out: results have a chunk per non-empty one.
         described = [p for p, s in zip(every, sizes, strict=True) if s["n"] > 0]
         summaries = [s for s in sizes if s["n"] > 0]
@@ -301,43 +160,35 @@ class DistributedEngine:
         first = next((i for i, s in enumerate(summaries) if s["n"] >= 2), None)
         if first is None:
             raise InputError("The training set needs a partition with at least two rows.")
-        (header,) = dask.compute(delayed(Partition.header)(described[first]))
-        self.head = head = InfluenceEngine(header, n_threads=1, cache_bytes=0)
-        tb = head._tables
-        tb.G[:] = _add(*[s["G"] for s in summaries])
-        tb.H[:] = _add(*[s["H"] for s in summaries])
-        self.weight_sum = float(sum(s["sum_w"] for s in summaries))
-        check_weight_sum(self.weight_sum)
-        _leaf_values_from_sums(tb, self.weight_sum / self.n_rows)
-        head._set_leaf_values(tb.values.copy())
-        self.base_sums = None
-        if head._base.refits:
-            self.base_sums = (_add(*[s["P"] for s in summaries]), _add(*[s["Q"] for s in summaries]))
-            head._base = BaseMargin(head.ensemble, self.base_sums)
-        self.ensemble = head.ensemble
-        hd = delayed(head, traverse=False)
+        (header,) = dask.compute(delayed(partitioned.Partition.header)(described[first]))
+        self.head = head = partitioned.Head(header, summaries)
+        self.weight_sum = head.weight_sum
+        self.base_sums = head.base_sums
+        self.ensemble = head.engine.ensemble
+        hd = delayed(head.engine, traverse=False)
         self.partitions: list[Any] = list(dask.persist(*[
-            delayed(adopt)(p, hd, (self.weight_sum - s["sum_w"], self.n_rows - int(s["n"])), self.base_sums)
+            delayed(partitioned.adopt)(p, hd, (self.weight_sum - s["sum_w"], self.n_rows - int(s["n"])),
+                                       self.base_sums)
             for p, s in zip(described, summaries, strict=True)]))
         self.starts = np.r_[0, np.cumsum(self.chunks)].astype(np.int64)
 
     @property
     def leaf_values(self) -> NDArray[np.float64]:
-        return self.head.leaf_values
+        return self.head.engine.leaf_values
 
     @property
     def relative_residual(self) -> float:
-        return self.head.relative_residual
+        return self.head.engine.relative_residual
 
     @property
     def tree_residual(self) -> NDArray[np.float64]:
-        return self.head.tree_residual
+        return self.head.engine.tree_residual
 
     def check_reproduction(self, rtol: float, hint: str = "") -> None:
         """Raise :class:`ReproductionError` if the leaf values recomputed from all partitions differ
         from the stored ones by more than ``rtol`` (relative)."""
         try:
-            self.head.check_reproduction(rtol, hint)
+            self.head.engine.check_reproduction(rtol, hint)
         except ReproductionError as exc:
             raise ReproductionError(
                 f"{exc} (Dask: {len(self.chunks)} partitions, {self.n_rows} rows.)") from None
@@ -378,7 +229,7 @@ class DistributedEngine:
         chunked by the training set's partitions. Selected rows: an ndarray (len(rows), m) or
         (len(rows),). > 0 = harmful.
         """
-        k_ = self.head._mode(update_set, k)[1]  # top_k_leaves' k, 0 for the others (checked)
+        k_ = self.head.update_k(update_set, k)  # top_k_leaves' k, 0 for the others (checked)
         if update_set == "single_point":
             return self._local("leaf_influence", test, rows, on, aggregate, refit_base, output)
         if update_set == "top_k_leaves":
@@ -404,7 +255,7 @@ class DistributedEngine:
 
         Parameters and return as :meth:`leaf_influence`.
         """
-        k_ = self.head._mode(update_set, k)[1]  # top_k_leaves' k, 0 for the others (checked)
+        k_ = self.head.update_k(update_set, k)  # top_k_leaves' k, 0 for the others (checked)
         if update_set == "single_point":
             return self._local("leaf_refit", test, rows, on, aggregate, refit_base, output)
         return self._propagated_scores(test, rows, k_, on, aggregate, refit_base, output, batch_size,
@@ -422,12 +273,12 @@ class DistributedEngine:
         """single_point scores, each partition scoring its own rows (see :meth:`leaf_influence`)."""
         from dask import delayed
 
-        _check_aggregate(aggregate)  # type: ignore[arg-type]
-        m = self.head._test_arrays(test, need_y=on == "loss")[0].shape[1]  # checks the test set
-        self.head._output(on, output)
+        check_aggregate(aggregate)  # type: ignore[arg-type]
+        m = self.head.test_side(test, on, output)[0].shape[1]  # checks the test set
         kwargs = {"refit_base": refit_base, "on": on, "aggregate": aggregate, "output": output}
         tv = delayed(test, traverse=False)
-        return self._rowwise(lambda part, local: delayed(local_scores)(part, method, tv, local, kwargs),
+        return self._rowwise(lambda part, local: delayed(partitioned.local_scores)(part, method, tv, local,
+                                                                                   kwargs),
                              () if aggregate else (m,), rows)
 
     def row_weights(self, rows: ArrayLike | None = None) -> Any:
@@ -435,7 +286,7 @@ class DistributedEngine:
         chunked like the results, else an ndarray of ``rows``' weights in their order."""
         from dask import delayed
 
-        return self._rowwise(lambda part, local: delayed(row_weights)(part, local), (), rows)
+        return self._rowwise(lambda part, local: delayed(partitioned.row_weights)(part, local), (), rows)
 
     def _rowwise(self, task: Any, width: tuple[int, ...], rows: ArrayLike | None) -> Any:
         """Per-row results computed on each row's own partition: ``task(partition, local rows or
@@ -461,23 +312,22 @@ class DistributedEngine:
         array (n, m) or (n,)."""
         import dask.array as da
 
-        _check_aggregate(aggregate)  # type: ignore[arg-type]
+        check_aggregate(aggregate)  # type: ignore[arg-type]
         head = self.head
-        leaves, offset, y = head._test_arrays(test, need_y=on == "loss")
-        coef = head._test_coef(leaves, offset, y, head._output(on, output))
+        leaves, _, _, _, coef = head.test_side(test, on, output)
         if aggregate is not None:
             per = coef.shape[0] if aggregate == "mean" else 1.0
-            c_leaf = head._leaf_coefficients(leaves, coef / per, aggregate=True)
+            c_leaf = head.leaf_coefficients(leaves, coef / per, aggregate=True)
             blocks = self._sweep(c_leaf, coef.sum(axis=0)[None, :] / per, refit_base)
             return da.concatenate([da.from_delayed(b, shape=(n, 1), dtype=np.float64)[:, 0]
                                    for b, n in zip(blocks, self.chunks, strict=True)])
         m = leaves.shape[1]
-        fits = int(_REVERSE_BATCH_BYTES / (8.0 * max(self.chunks) * (self.ensemble.n_outputs + 1)))
+        fits = int(REVERSE_BATCH_BYTES / (8.0 * max(self.chunks) * (self.ensemble.n_outputs + 1)))
         per_batch = max(1, min(int(batch_size), fits))
         columns = []
         for s in range(0, m, per_batch):
             cols = np.arange(s, min(s + per_batch, m))
-            c_leaf = head._leaf_coefficients(leaves[:, cols], coef[cols], aggregate=False)
+            c_leaf = head.leaf_coefficients(leaves[:, cols], coef[cols], aggregate=False)
             blocks = self._sweep(c_leaf, coef[cols], refit_base)
             columns.append([da.from_delayed(b, shape=(n, cols.size), dtype=np.float64)
                             for b, n in zip(blocks, self.chunks, strict=True)])
@@ -509,26 +359,27 @@ class DistributedEngine:
         states = []
         for i, p in enumerate(parts):
             states.append(f"{name}-start-{i}")
-            dsk[states[-1]] = (sweep_start, p, B)
+            dsk[states[-1]] = (partitioned.sweep_start, p, B)
         gathered: list[str] = []
         big: Any = np.zeros(B)
-        for r in range(int(self.head._tables.round_ptr.shape[0]) - 2, -1, -1):
+        for r in range(self.head.n_rounds - 1, -1, -1):
             adjoints = f"{name}-leaf-{r}"
-            dsk[adjoints] = (_leaf_step, f"{name}-head", r, self.n_rows, f"{name}-c", big, *gathered)
+            dsk[adjoints] = (partitioned.leaf_step, f"{name}-head", r, self.n_rows, f"{name}-c", big,
+                             *gathered)
             big = f"{name}-big-{r}"
             dsk[big] = (operator.getitem, adjoints, 2)
             gathered = []
             for i, p in enumerate(parts):
                 step = f"{name}-round-{r}-{i}"
-                dsk[step] = (sweep_round, states[i], p, r, adjoints)
+                dsk[step] = (partitioned.sweep_round, states[i], p, r, adjoints)
                 states[i] = f"{step}-state"
                 dsk[states[i]] = (operator.getitem, step, 0)
                 gathered.append(f"{step}-gathered")
                 dsk[gathered[-1]] = (operator.getitem, step, 1)
-        dsk[f"{name}-a0"] = (_add, *[(sweep_margin_adjoints, s) for s in states])
+        dsk[f"{name}-a0"] = (partitioned.add, *[(partitioned.sweep_margin_adjoints, s) for s in states])
         out = [f"{name}-scores-{i}" for i in range(len(parts))]
         for key, s, p in zip(out, states, parts, strict=True):
-            dsk[key] = (sweep_scores, s, p, f"{name}-a0", big, coef_sum, refit_base)
+            dsk[key] = (partitioned.sweep_scores, s, p, f"{name}-a0", big, coef_sum, refit_base)
         return self._graph(name, dsk, out)
 
     def _propagated_scores(self, test: TestPoints, rows: ArrayLike | None, k: int, on: str,
@@ -545,20 +396,17 @@ class DistributedEngine:
                 f"a pass over all {self.n_rows} training rows per tree and row: pass training_points "
                 "(the rows to score), or use update_set='single_point' (row-local, every row) or "
                 "method='leaf_influence' with update_set='all_points' (one sweep for every row).")
-        _check_aggregate(aggregate)  # type: ignore[arg-type]
+        check_aggregate(aggregate)  # type: ignore[arg-type]
         head = self.head
-        leaves, offset, y = head._test_arrays(test, need_y=on == "loss")
-        column = head._output(on, output)
-        f_test = head._margins(leaves, offset)
-        coef = None if refit else head._test_coef(leaves, offset, y, column)
+        leaves, f_test, y, column, coef = head.test_side(test, on, output)
         idx = resolve_rows(rows, self.n_rows)
-        fits = int(_REVERSE_BATCH_BYTES / (8.0 * max(self.chunks) * self.ensemble.n_outputs))
+        fits = int(REVERSE_BATCH_BYTES / (8.0 * max(self.chunks) * self.ensemble.n_outputs))
         size = max(1, min(int(batch_size), fits))
         out = []
         for s in range(0, idx.size, size):
             values, base = self._propagate(idx[s : s + size], k, refit_base, refit)
-            scores = (head.refit_scores(values, base, leaves, f_test, y, column) if coef is None
-                      else head.forward_scores(values, base, leaves, coef))
+            scores = (head.engine.refit_scores(values, base, leaves, f_test, y, column) if refit
+                      else head.engine.forward_scores(values, base, leaves, coef))
             out.append(scores if aggregate is None else getattr(scores, aggregate)(axis=1))
             if progress is not None:
                 progress(scores.shape[0])
@@ -572,25 +420,26 @@ class DistributedEngine:
         shifts (B, K); else their derivatives in each row's weight. all_points (``k`` = 0) or
         top_k_leaves: the engine's ``refit_one`` / ``forward_one`` split at their reductions, as
         one graph. Per round: each partition moves its rows' margin changes past the previous
-        round (and ranks this round's leaves for top_k_leaves: ``_select`` adds the ranks up), sums
+        round (and ranks this round's leaves for top_k_leaves: ``select`` adds the ranks up), sums
         its rows in the chosen leaves (``refit_sums`` / ``forward_sums``), and the head turns the
-        summed tables into the round's leaf values (``_refit_step`` / ``_forward_step``)."""
+        summed tables into the round's leaf values (``refit_step`` / ``forward_step``)."""
         import dask
         from dask import delayed
 
         B = idx.size
         base, own = np.zeros((B, self.ensemble.n_outputs)), np.zeros(B)
         located = self._by_partition(idx)
-        facts = dask.compute(*[delayed(row_facts)(self.partitions[p], local, refit_base, refit)
+        facts = dask.compute(*[delayed(partitioned.row_facts)(self.partitions[p], local, refit_base, refit)
                                for p, local, _ in located])
         local_rows = np.full((len(self.partitions), B), -1, dtype=np.int64)
         for (p, local, where), (b, o) in zip(located, facts, strict=True):
             base[where], own[where] = b, o
             local_rows[p, where] = local
         if refit:  # the mean weight without each row; the sums, the step
-            per_row, sums, step = (self.weight_sum - own) / (self.n_rows - 1), refit_sums, _refit_step
+            per_row = (self.weight_sum - own) / (self.n_rows - 1)
+            sums, step = partitioned.refit_sums, partitioned.refit_step
         else:  # d (sum of weights) / d v_i / n
-            per_row, sums, step = own / self.n_rows, forward_sums, _forward_step
+            per_row, sums, step = own / self.n_rows, partitioned.forward_sums, partitioned.forward_step
 
         name = f"influence-propagate-{uuid.uuid4().hex}"
         parts = [p.key for p in self.partitions]
@@ -598,20 +447,20 @@ class DistributedEngine:
         states = []
         for i, p in enumerate(parts):
             states.append(f"{name}-start-{i}")
-            dsk[states[-1]] = (propagation_start, p, local_rows[i], base)
+            dsk[states[-1]] = (partitioned.propagation_start, p, local_rows[i], base)
         values: Any = None
         rounds = []
-        for r in range(int(self.head._tables.round_ptr.shape[0]) - 1):
+        for r in range(self.head.n_rounds):
             masses = []
             for i, p in enumerate(parts):
                 advance = f"{name}-advance-{r}-{i}"
-                dsk[advance] = (propagation_advance, states[i], p, r, values, k > 0, refit)
+                dsk[advance] = (partitioned.propagation_advance, states[i], p, r, values, k > 0, refit)
                 states[i] = f"{advance}-state"
                 dsk[states[i]] = (operator.getitem, advance, 0)
                 masses.append(f"{advance}-mass")
                 dsk[masses[-1]] = (operator.getitem, advance, 1)
             selection = f"{name}-select-{r}"
-            dsk[selection] = (_select, f"{name}-head", r, k, B, *(masses if k > 0 else []))
+            dsk[selection] = (partitioned.select, f"{name}-head", r, k, B, *(masses if k > 0 else []))
             shares = []
             for i, p in enumerate(parts):
                 shares.append(f"{name}-sums-{r}-{i}")
@@ -642,7 +491,7 @@ def fit_explainer(explainer: Any, X: Any, y: Any, sample_weight: Any = None, ini
     from influence_gbdt.adapters import adapter_for
 
     adapter = adapter_for(explainer.model, explainer.params)
-    check_library(adapter.library)
+    partitioned.check_library(adapter.library)
     meta = getattr(X, "_meta", None)
     adapter.check_features(meta if isinstance(meta, pd.DataFrame) else X)
     engine = DistributedEngine(adapter, X, y, sample_weight, init_score)

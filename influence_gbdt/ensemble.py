@@ -50,7 +50,7 @@ its training thread count), and ``step_scales`` / ``n_steps`` of backtracking tr
 A *renewed* tree (``renewed[t]``; L1 and quantile objectives) takes no steps: each leaf value is
 ``learning_rate[t] * Q`` with ``Q`` the ``quantile_alpha[t]`` quantile of the residuals ``y - A``
 of the leaf's rows, by the booster's definition ``quantile_method`` (``"xgboost"``,
-``"lightgbm"`` or ``"catboost"``; :mod:`influence_gbdt._quantile`), weighted by the effective
+``"lightgbm"`` or ``"catboost"``; :mod:`influence_gbdt.engine.quantile`), weighted by the effective
 weights where ``quantile_weighted`` (CatBoost's leaves never are).
 
 Base margin (``base_rule``)
@@ -82,12 +82,13 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._quantile import METHODS as QUANTILE_METHODS
 from .errors import InputError
 from .losses import LINKS, Loss
 
 BaseRule = Literal["fixed", "mean", "newton_step", "quantile"]
 BASE_RULES: tuple[str, ...] = ("fixed", "mean", "newton_step", "quantile")
+#: The boosters' definitions of a (weighted) quantile of renewed leaves (see the engine's quantile module).
+QUANTILE_METHODS: tuple[str, ...] = ("xgboost", "lightgbm", "catboost")
 
 
 def _per_tree(name: str, value: ArrayLike, n_trees: int, dtype: type) -> NDArray[Any]:

@@ -5,7 +5,7 @@ the change of the row's *own* loss when it is down-weighted (``leaf_influence``)
 (``leaf_refit``), with each tree's structure fixed. A mislabeled row has to be fitted against its
 neighbours, so it pulls harder than a clean one.
 
-:func:`find_label_issues` ranks the training rows of a fitted :class:`BoostingInfluence` by a
+:func:`label_issue_table` (``BoostingInfluence.find_label_issues``) ranks the training rows by a
 suspicion score (the workflow that ``benchmarks/label_noise.py`` found best, see the docs page
 "Label noise") and reports, next to it, each row's exact influence on the test loss when test data
 is given: whether *removing* the suspect would help the predictions you care about.
@@ -16,19 +16,16 @@ harmful to the test loss (as everywhere in influence-gbdt).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 
+from .engine import InfluenceEngine
 from .errors import InputError
 from .inputs import check_choice, is_integer
 from .results import keyed_table
-
-if TYPE_CHECKING:
-    from .engine import InfluenceEngine
-    from .explainer import BoostingInfluence
 
 Signal = Literal["disagreement", "self_influence", "test_influence"]
 _SIGNALS = ("disagreement", "self_influence", "test_influence")
@@ -119,59 +116,62 @@ def disagreement(engine: InfluenceEngine) -> NDArray[np.float64]:
     return np.asarray(e.loss.values(e.y, np.asarray(engine.train_margin).reshape(-1, 1)), dtype=np.float64)
 
 
-def find_label_issues(
-    explainer: BoostingInfluence,
-    X_test: Any = None,
-    y_test: ArrayLike | None = None,
+def check_label_issue_request(rank_by: str, n: int | None, has_test: bool, both_or_neither: bool) -> None:
+    """Refuse a ``find_label_issues`` request that cannot be answered (see
+    :meth:`BoostingInfluence.find_label_issues`)."""
+    check_choice("rank_by", rank_by, _SIGNALS)
+    if n is not None and (not is_integer(n) or n < 0):
+        raise InputError(f"n must be an integer >= 0 (the rows to return), got {n!r}.")
+    if not both_or_neither:
+        raise InputError("Pass both X_test and y_test (trusted held-out rows), or neither.")
+    if rank_by == "test_influence" and not has_test:
+        raise InputError("rank_by='test_influence' needs X_test and y_test with trusted labels.")
+
+
+def label_issue_table(
+    engine: InfluenceEngine,
+    labels: NDArray[Any],
+    index: pd.Index | None,
+    test_influence: NDArray[np.float64] | None = None,
     *,
     n: int | None = None,
     rank_by: Signal = "disagreement",
     self_influence_method: Literal["leaf_influence", "leaf_refit"] = "leaf_influence",
+    refit_base: bool = True,
 ) -> pd.DataFrame:
-    """Training rows most likely mislabeled, most suspicious first.
+    """Training rows most likely mislabeled, most suspicious first (the table of
+    :meth:`BoostingInfluence.find_label_issues`).
 
     Parameters
     ----------
-    explainer : BoostingInfluence
-        Fitted.
-    X_test, y_test : optional
-        Held-out rows with trusted labels. When given, every row's exact influence on their mean
-        loss is reported (``test_influence``, > 0 = removing the row lowers the test loss).
-    n : int, optional
-        Rows to return; default all.
-    rank_by : {"disagreement", "self_influence", "test_influence"}
-        The suspicion score. ``"disagreement"`` (default): the model's own loss on the row, the best
-        detector of flipped labels measured on Adult. ``"self_influence"``: :func:`self_influence`.
-        ``"test_influence"``: the influence on the test loss (needs ``X_test``, ``y_test``); ranks the
-        rows whose removal helps the test loss most, mislabeled or not.
-    self_influence_method : {"leaf_influence", "leaf_refit"}
-        For ``rank_by="self_influence"`` (single-point update set, a few seconds on 30k rows).
+    engine : InfluenceEngine
+        A fitted explainer's engine.
+    labels : ndarray of shape (n_train,)
+        The training labels as given to ``fit``.
+    index : pandas Index, optional
+        The training rows' index labels (None: positions).
+    test_influence : ndarray of shape (n_train,), optional
+        Each row's influence on the mean test loss (> 0 = removing the row lowers it).
+    n, rank_by, self_influence_method, refit_base :
+        As :meth:`BoostingInfluence.find_label_issues` (``refit_base``: the explainer's
+        ``base_score == "refit"``).
 
     Returns
     -------
-    DataFrame, one line per training row, sorted by ``suspicion`` (descending), indexed like the
-    training data of ``fit`` (its index when it was a DataFrame); columns ``row`` (position),
-    ``suspicion``, ``label``, ``disagreement``, ``test_influence`` (with test data) and
-    ``self_influence`` (when ranked by it).
+    DataFrame, one line per training row, sorted by ``suspicion`` (descending), indexed by
+    ``index``; columns ``row`` (position), ``suspicion``, ``label``, ``disagreement``,
+    ``test_influence`` (with test data) and ``self_influence`` (when ranked by it).
     """
-    check_choice("rank_by", rank_by, _SIGNALS)
-    if n is not None and (not is_integer(n) or n < 0):
-        raise InputError(f"n must be an integer >= 0 (the rows to return), got {n!r}.")
-    if (X_test is None) != (y_test is None):
-        raise InputError("Pass both X_test and y_test (trusted held-out rows), or neither.")
-    if rank_by == "test_influence" and X_test is None:
-        raise InputError("rank_by='test_influence' needs X_test and y_test with trusted labels.")
-    engine = explainer._fitted_engine()
+    check_label_issue_request(rank_by, n, test_influence is not None, True)
     columns: dict[str, NDArray[Any]] = {"disagreement": disagreement(engine)}
-    if X_test is not None:
-        scores = explainer.score_training_points(X_test, y_test, aggregate="mean")
-        columns["test_influence"] = np.asarray(scores, dtype=np.float64)
+    if test_influence is not None:
+        columns["test_influence"] = np.asarray(test_influence, dtype=np.float64)
     if rank_by == "self_influence":
-        columns["self_influence"] = self_influence(
-            engine, method=self_influence_method, refit_base=explainer.base_score == "refit")
+        columns["self_influence"] = self_influence(engine, method=self_influence_method,
+                                                   refit_base=refit_base)
     suspicion = columns[rank_by]
     order = np.argsort(-suspicion, kind="stable")[: None if n is None else int(n)]
-    table = pd.DataFrame({"row": order, "suspicion": suspicion[order], "label": explainer._y_train[order]})
+    table = pd.DataFrame({"row": order, "suspicion": suspicion[order], "label": labels[order]})
     for name, values in columns.items():
         table[name] = values[order]
-    return keyed_table(table, explainer._train_index(), order)
+    return keyed_table(table, index, order)

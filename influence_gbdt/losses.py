@@ -71,6 +71,8 @@ ONE_VS_ALL = 10
 MULTI_SQUARED = 11
 
 _jit = numba.njit(cache=True, nogil=True)
+#: Primitives only compiled code calls: no Python wrapper to compile (see ``_jit.njit``).
+_internal = numba.njit(cache=True, nogil=True, internal=True)
 
 #: name -> (code, parameter names with defaults, multi-output, point size (None = K))
 _SPECS: dict[str, tuple[int, dict[str, float], bool, int | None]] = {
@@ -303,7 +305,7 @@ def _as_2d(margin: Any) -> NDArray[np.float64]:
 # length K; ``y`` is the row's label vector; ``z`` has the loss's point size.
 
 
-@_jit
+@_internal
 def _sigmoid_pair(x: float) -> tuple[float, float]:
     """``(sigmoid(x), 1 - sigmoid(x))`` without cancellation."""
     e = math.exp(-abs(x))
@@ -312,7 +314,7 @@ def _sigmoid_pair(x: float) -> tuple[float, float]:
     return (big, small) if x >= 0.0 else (small, big)
 
 
-@_jit
+@_internal
 def point(code: int, prm: NDArray[np.float64], m: NDArray[np.float64], z: NDArray[np.float64]) -> None:
     """Fill the row's point ``z`` from its margins ``m``: (p, 1 - p) for log loss, the softmax
     probabilities, the per-class sigmoids p_k then 1 - p_k for one-vs-all, ``e^m`` for Poisson,
@@ -337,7 +339,7 @@ def point(code: int, prm: NDArray[np.float64], m: NDArray[np.float64], z: NDArra
         z[0] = point1(code, prm, m[0])[0]
 
 
-@_jit
+@_internal
 def point1(code: int, prm: NDArray[np.float64], m: float) -> tuple[float, float]:
     """:func:`point` of a one-output loss from its margin ``m``, as scalars ``(z0, z1)`` (``z1``
     is ``1 - p`` for log loss and unused otherwise)."""
@@ -348,7 +350,7 @@ def point1(code: int, prm: NDArray[np.float64], m: float) -> tuple[float, float]
     return m, 0.0
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True, inline="always", internal=True)
 def derivs1(code: int, prm: NDArray[np.float64], y: float, m: float) -> tuple[float, float, float, float]:
     """``(g, h, dg/dm, dh/dm)`` of a one-output loss at margin ``m``, all scalars (``h``
     unfloored): what :func:`point` then :func:`grad_hess` / :func:`jvp` compute, without the
@@ -357,7 +359,7 @@ def derivs1(code: int, prm: NDArray[np.float64], y: float, m: float) -> tuple[fl
     return _scalar(code, prm, y, z0, z1)
 
 
-@_jit
+@_internal
 def _scalar(
     code: int, prm: NDArray[np.float64], y: float, z0: float, z1: float
 ) -> tuple[float, float, float, float]:
@@ -404,7 +406,7 @@ def _scalar(
     return (prm[2] * (1.0 - prm[1]) if r >= 0.0 else -prm[2] * prm[1]), 1.0, 0.0, 0.0
 
 
-@_jit
+@_internal
 def _scalar_at(
     code: int, prm: NDArray[np.float64], y: float, z: NDArray[np.float64]
 ) -> tuple[float, float, float, float]:
@@ -412,7 +414,7 @@ def _scalar_at(
     return _scalar(code, prm, y, z[0], z[1] if z.shape[0] > 1 else 0.0)
 
 
-@_jit
+@_internal
 def grad_hess(
     code: int, prm: NDArray[np.float64], y: NDArray[np.float64], z: NDArray[np.float64],
     g: NDArray[np.float64], h: NDArray[np.float64],
@@ -437,7 +439,7 @@ def grad_hess(
         h[0] = max(hh, prm[0])
 
 
-@_jit
+@_internal
 def vjp(
     code: int, prm: NDArray[np.float64], y: NDArray[np.float64], z: NDArray[np.float64],
     beta: NDArray[np.float64], gamma: NDArray[np.float64], out: NDArray[np.float64],
@@ -466,7 +468,7 @@ def vjp(
         out[0] = beta[0] * dg + (gamma[0] * dh if hh >= prm[0] else 0.0)
 
 
-@_jit
+@_internal
 def jvp(
     code: int, prm: NDArray[np.float64], y: NDArray[np.float64], z: NDArray[np.float64],
     dm: NDArray[np.float64], dg: NDArray[np.float64], dh: NDArray[np.float64],
@@ -495,7 +497,7 @@ def jvp(
         dh[0] = d2h * dm[0] if hh >= prm[0] else 0.0
 
 
-@_jit
+@_internal
 def weighted(code: int, g: float, h: float, w: float, f32: bool) -> tuple[float, float]:
     """One row's ``(w g, w h)`` as the booster sums them per leaf.
 
@@ -509,7 +511,7 @@ def weighted(code: int, g: float, h: float, w: float, f32: bool) -> tuple[float,
     return np.float64(np.float32(w * g)), np.float64(np.float32(w * h))
 
 
-@_jit
+@_internal
 def value(  # noqa: C901 -- one branch per loss, in the order of the module table
     code: int, prm: NDArray[np.float64], y: NDArray[np.float64], m: NDArray[np.float64]
 ) -> float:

@@ -1,4 +1,4 @@
-"""numpy reference for ``influence_gbdt._fastobj``: CatBoost's backtracking objective of the exp-approx
+"""numpy reference for ``influence_gbdt.engine.fastobj``: CatBoost's backtracking objective of the exp-approx
 losses (Logloss, CrossEntropy, Poisson) and the exp-space walker around it, bit for bit.
 
 Ported from the project notes' mirror (``notes/scripts/catboost_obj_core.py``, our own code written from

@@ -1,4 +1,4 @@
-"""CatBoost's backtracking objective (``influence_gbdt._fastobj``) bit for bit: against the numpy
+"""CatBoost's backtracking objective (``influence_gbdt.engine.fastobj``) bit for bit: against the numpy
 reference (``cb_obj_reference.py``) and, where CatBoost 1.2.10's compiled library can be called
 (x86-64 Linux, AVX2), against CatBoost's own functions."""
 
@@ -15,7 +15,7 @@ import cb_obj_reference as R
 import numpy as np
 import pytest
 
-from influence_gbdt import _fastobj as F
+from influence_gbdt.engine import fastobj as F
 
 pytestmark = [pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning"),
               pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")]
@@ -393,7 +393,7 @@ _CATBOOST_PROBE = textwrap.dedent(
     if base is None:
         skip("_catboost.so not mapped")
 
-    from influence_gbdt import _fastobj as F
+    from influence_gbdt.engine import fastobj as F
 
     class ARef(ctypes.Structure):
         _fields_ = [("data", ctypes.c_void_p), ("size", ctypes.c_size_t)]

@@ -1,5 +1,5 @@
 """How the initial margin (base score) follows the training data: its change when a row is deleted
-and its derivative with respect to a row's weight. Private: used by the engine.
+and its derivative with respect to a row's weight. Private to the engine.
 
 Every rule that re-estimates the base margin is a ratio of dataset-weighted row sums, mapped::
 
@@ -11,7 +11,7 @@ Every rule that re-estimates the base margin is a ratio of dataset-weighted row 
   ``scale_pos_weight``): ``p = g(y, anchor)``, ``q = h(y, anchor)``, ``T(r) = anchor - r``.
 
 The ``"quantile"`` rule (L1 / quantile objectives) is instead the booster's weighted quantile of
-the labels (:mod:`influence_gbdt._quantile`), recomputed without each deleted row; its derivative
+the labels (:mod:`.quantile`), recomputed without each deleted row; its derivative
 in the weights is zero except where that quantile interpolates by weight (LightGBM).
 
 Deleting row ``i`` removes its terms and rescales each group's sums by its new dataset factor;
@@ -24,9 +24,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from ._quantile import METHODS, quantile_weight_derivative, quantile_without
-from .ensemble import TreeEnsemble
-from .losses import ONE_VS_ALL, SOFTMAX
+from ..ensemble import TreeEnsemble
+from ..losses import ONE_VS_ALL, SOFTMAX
+from .quantile import METHODS, quantile_weight_derivative, quantile_without
 
 
 def _group_sums(groups: NDArray[np.int64], values: NDArray[np.float64], n_groups: int) -> NDArray[np.float64]:
@@ -86,7 +86,7 @@ class BaseMargin:
         return self._P, self._Q
 
     def _quantile_args(self) -> tuple[int, NDArray[np.float64], NDArray[np.float64], float, bool, float]:
-        """The arguments of :mod:`influence_gbdt._quantile` for the labels' quantile."""
+        """The arguments of :mod:`.quantile` for the labels' quantile."""
         e = self.ensemble
         return (METHODS[e.quantile_method], np.ascontiguousarray(e.y[:, 0]), e.dataset_weight,
                 float(e.loss.params.get("alpha", 0.5)), e.quantile_weighted, e.quantile_delta)

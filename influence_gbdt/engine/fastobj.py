@@ -69,7 +69,7 @@ from numba.core import types
 from numba.extending import intrinsic
 from numpy.typing import NDArray
 
-from . import _jit as numba
+from .. import _jit as numba
 
 _jit = numba.njit(cache=True, nogil=True)
 

@@ -1,6 +1,6 @@
-"""Joint Newton rounds (numba): one step for all ``K`` trees of a round with the full softmax
-hessian (CatBoost's MultiClass leaves). Private: used by the replay, reverse and forward modes and
-LeafRefit.
+"""The joint leaf rule (numba): one Newton step for all ``K`` trees of a round with the full softmax
+hessian (CatBoost's MultiClass leaves). Private to the engine; its passes: :func:`replay_round`,
+:func:`reverse_round`, :func:`add_row_derivative` with :func:`forward_steps`, :func:`refit_round`.
 
 In a joint round the trees ``t0 + c`` (output ``c``) share one structure. Per leaf, with
 ``G`` the K-vector ``sum w g`` and ``H`` the K x K matrix ``sum w P`` (``P = diag(p) - p p^T`` at
@@ -12,8 +12,8 @@ symmetric), ``G_bar = a`` and ``M_bar = a delta^T``, so one row of weight ``w`` 
 ``J = diag(p) - p p^T`` is the softmax Jacobian and ``q = d(a^T P delta)/dp``. Every per-row
 quantity costs O(K); the K x K solves are per leaf.
 
-Layout: for joint tree ``t`` (output ``c``) and leaf slot ``o`` of its step, ``tb.HX[o]`` is row
-``c`` of the leaf's ``H``, ``tb.MI[o]`` row ``c`` of ``M^{-1}`` and ``tb.RD[o]`` the step
+Layout: for joint tree ``t`` (output ``c``) and leaf slot ``o`` of its step, ``joint.HX[o]`` is row
+``c`` of the leaf's ``H``, ``joint.MI[o]`` row ``c`` of ``M^{-1}`` and ``sums.RD[o]`` the step
 ``delta_c`` (filled by the replay).
 """
 
@@ -22,13 +22,15 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from . import _jit as numba
-from ._tables import Tables, clear_sums
+from .. import _jit as numba
+from .common import add_hessian_row, clear_sums, l2_term, per_row
+from .plain import refit_round_sums
+from .state import Joint, Layout, LossSpec, Rows, Sums, Trees
 
 _jit = numba.njit(cache=True, nogil=True)
-#: Helpers called once per row: inlined, since a call taking the tables costs every array's
-#: reference count (~2 us; see ``_reverse._row_adjoints1``).
-_per_row = numba.njit(cache=True, nogil=True, inline="always")
+#: Functions only compiled code calls: no Python wrapper to compile (see ``_jit.njit``).
+_internal = numba.njit(cache=True, nogil=True, internal=True)
+_per_row = per_row
 
 #: float32 machine epsilon: the booster's floor of the l2 term relative to the hessian's diagonal.
 FLT_EPSILON = np.float32(np.finfo(np.float32).eps)
@@ -49,45 +51,38 @@ def probabilities(A: NDArray[np.float64], j: int, p: NDArray[np.float64]) -> Non
         p[c] /= total
 
 
-@_per_row
-def add_hessian_row(z: NDArray[np.float64], c: int, w: float, out: NDArray[np.float64]) -> None:
-    """``out += w * P[c]``: row ``c`` of the softmax hessian at probabilities ``z``, weighted."""
-    for d in range(out.shape[0]):
-        out[d] += w * z[c] * ((1.0 if c == d else 0.0) - z[d])
-
-
-@_jit
-def replay_sums(tb: Tables, r: int, A: NDArray[np.float64]) -> None:
+@_internal
+def replay_sums(lay: Layout, rows: Rows, sums: Sums, joint: Joint, r: int, A: NDArray[np.float64]) -> None:
     """The original replay's leaf sums of joint round ``r`` at the margins ``A`` entering it:
     ``G``, ``H`` (the diagonal), ``HX`` and, with group sums, ``GV``, ``HV``, ``HXV`` of the one
     step's slots. Scalar code per row (no calls): the replay's hot loop."""
     n, K = A.shape
-    t0 = tb.round_ptr[r]
-    slot = round_slots(tb, r)
-    L = tb.leaf_off[t0 + 1] - tb.leaf_off[t0]
-    groups = tb.GV.shape[0] > 0
+    t0 = lay.round_ptr[r]
+    slot = round_slots(lay, r)
+    L = lay.leaf_off[t0 + 1] - lay.leaf_off[t0]
+    groups = sums.GV.shape[0] > 0
     for c in range(K):
-        clear_sums(tb, slot[c], L)
+        clear_sums(sums, joint, slot[c], L)
     p = np.empty(K)
     for j in range(n):
         probabilities(A, j, p)
-        lab = int(tb.y[j, 0])
-        wj = tb.w[j]
-        lj = tb.leaf[t0, j]
+        lab = int(rows.y[j, 0])
+        wj = rows.w[j]
+        lj = lay.leaf[t0, j]
         for c in range(K):
             sl = slot[c] + lj
             g = p[c] - (1.0 if lab == c else 0.0)
-            tb.G[sl] += wj * g
-            tb.H[sl] += wj * p[c] * (1.0 - p[c])
-            add_hessian_row(p, c, wj, tb.HX[sl])
+            sums.G[sl] += wj * g
+            sums.H[sl] += wj * p[c] * (1.0 - p[c])
+            add_hessian_row(p, c, wj, joint.HX[sl])
             if groups:
-                q = tb.grp[j]
-                tb.GV[sl, q] += tb.v[j] * g
-                tb.HV[sl, q] += tb.v[j] * p[c] * (1.0 - p[c])
-                add_hessian_row(p, c, tb.v[j], tb.HXV[sl, q * K : (q + 1) * K])
+                q = rows.grp[j]
+                sums.GV[sl, q] += rows.v[j] * g
+                sums.HV[sl, q] += rows.v[j] * p[c] * (1.0 - p[c])
+                add_hessian_row(p, c, rows.v[j], joint.HXV[sl, q * K : (q + 1) * K])
 
 
-@_jit
+@_internal
 def solve_leaf(
     M: NDArray[np.float64], G: NDArray[np.float64], lam: float, Minv: NDArray[np.float64],
     delta: NDArray[np.float64],
@@ -113,7 +108,7 @@ def solve_leaf(
         delta[c] = -acc
 
 
-@_jit
+@_internal
 def _spd_inverse(M: NDArray[np.float64], out: NDArray[np.float64]) -> bool:
     """``out = M^{-1}`` of a symmetric positive definite ``M`` by Cholesky; False if it is not
     positive definite (to rounding)."""
@@ -148,107 +143,123 @@ def _spd_inverse(M: NDArray[np.float64], out: NDArray[np.float64]) -> bool:
     return True
 
 
-@_jit
-def round_slots(tb: Tables, r: int) -> NDArray[np.int64]:
+@_internal
+def round_slots(lay: Layout, r: int) -> NDArray[np.int64]:
     """The first step-leaf slot of each tree of round ``r`` (its one step), shape (K,)."""
-    t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
+    t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     slots = np.empty(t1 - t0, dtype=np.int64)
     for c in range(t1 - t0):
-        slots[c] = tb.sl_off[tb.step_ptr[t0 + c]]
+        slots[c] = lay.sl_off[lay.step_ptr[t0 + c]]
     return slots
 
 
-@_jit
+@_internal
 def round_steps(
-    tb: Tables, r: int, lam_term: float, G: NDArray[np.float64], HX: NDArray[np.float64],
-    slot0: NDArray[np.int64], d: NDArray[np.float64], record: bool,
+    lay: Layout, trees: Trees, sums: Sums, joint: Joint, r: int, lam_term: float, G: NDArray[np.float64],
+    HX: NDArray[np.float64], slot0: NDArray[np.int64], d: NDArray[np.float64], record: bool,
 ) -> None:
     """The joint steps of round ``r`` into ``d`` (indexed by global leaf minus the round's first),
     from leaf sums ``G[slot0[c] + leaf]`` and ``HX[slot0[c] + leaf]`` (K,) of tree ``c`` of the
-    round; ``lam_term`` is the l2 term of the mean weight (``_kernels.l2_term``). With ``record``,
-    also the caches ``MI``, ``RD`` (the step) and ``u_before`` (0: one step from the
+    round; ``lam_term`` is the l2 term of the mean weight (:func:`.common.l2_term`). With
+    ``record``, also the caches ``MI``, ``RD`` (the step) and ``u_before`` (0: one step from the
     round's margins) of the original replay, whose slots ``slot0`` must then be."""
-    t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
+    t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     K = t1 - t0
-    rl0 = tb.leaf_off[t0]
+    rl0 = lay.leaf_off[t0]
     M = np.empty((K, K))
     Minv = np.empty((K, K))
     Gv = np.empty(K)
     delta = np.empty(K)
-    for lj in range(tb.leaf_off[t0 + 1] - tb.leaf_off[t0]):
+    for lj in range(lay.leaf_off[t0 + 1] - lay.leaf_off[t0]):
         for c in range(K):
             Gv[c] = G[slot0[c] + lj]
             M[c, :] = HX[slot0[c] + lj]
-        solve_leaf(M, Gv, tb.l2[tb.leaf_off[t0] + lj] + lam_term, Minv, delta)
+        solve_leaf(M, Gv, trees.l2[lay.leaf_off[t0] + lj] + lam_term, Minv, delta)
         for c in range(K):
-            d[tb.leaf_off[t0 + c] + lj - rl0] = delta[c]
+            d[lay.leaf_off[t0 + c] + lj - rl0] = delta[c]
             if record:
                 o = slot0[c] + lj
-                tb.MI[o, :] = Minv[c]
-                tb.RD[o] = delta[c]
-                tb.u_before[o] = 0.0
+                joint.MI[o, :] = Minv[c]
+                sums.RD[o] = delta[c]
+                sums.u_before[o] = 0.0
 
 
-@_jit
+@_internal
+def replay_round(
+    lay: Layout, trees: Trees, rows: Rows, sums: Sums, joint: Joint, r: int, A: NDArray[np.float64],
+    mean_w: float, u: NDArray[np.float64], d: NDArray[np.float64],
+) -> None:
+    """Round ``r``'s one joint step into the in-tree moves ``u``, recording the replay's caches."""
+    t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
+    rl0 = lay.leaf_off[t0]
+    replay_sums(lay, rows, sums, joint, r, A)
+    round_steps(lay, trees, sums, joint, r, l2_term(trees, t0, mean_w), sums.G, joint.HX, round_slots(lay, r),
+                d, True)
+    for gl in range(rl0, lay.leaf_off[t1]):
+        u[gl] += d[gl - rl0]
+
+
+@_internal
 def gather_and_rewind(
-    tb: Tables, r: int, A: NDArray[np.float64], a_bar: NDArray[np.float64], u_bar: NDArray[np.float64]
+    lay: Layout, stored: NDArray[np.float64], r: int, A: NDArray[np.float64], a_bar: NDArray[np.float64],
+    u_bar: NDArray[np.float64],
 ) -> None:
     """Reverse mode's pass over the rows before a joint round's leaf step, in one read of the
     shared structure: ``u_bar[b, leaf of tree c]`` gains each row's margin adjoint
     ``a_bar[b, j, c]`` and ``A`` (n, K) loses the round's stored leaf values (it then holds the
     margins entering the round)."""
     n, K = A.shape
-    t0 = tb.round_ptr[r]
-    rl0 = tb.leaf_off[t0]
+    t0 = lay.round_ptr[r]
+    rl0 = lay.leaf_off[t0]
     for j in range(n):
-        lj = tb.leaf[t0, j]
+        lj = lay.leaf[t0, j]
         for c in range(K):
-            gl = tb.leaf_off[t0 + c] + lj
-            A[j, c] -= tb.stored[gl]
+            gl = lay.leaf_off[t0 + c] + lj
+            A[j, c] -= stored[gl]
             for b in range(u_bar.shape[0]):
                 u_bar[b, gl - rl0] += a_bar[b, j, c]
 
 
-@_jit
+@_internal
 def leaf_adjoints(
-    tb: Tables, r: int, n: int, u_bar: NDArray[np.float64], g_bar: NDArray[np.float64],
-    big_w_bar: NDArray[np.float64],
+    lay: Layout, trees: Trees, sums: Sums, joint: Joint, r: int, n: int, u_bar: NDArray[np.float64],
+    g_bar: NDArray[np.float64], big_w_bar: NDArray[np.float64],
 ) -> None:
-    """:func:`influence_gbdt._reverse.leaf_adjoints` of a joint round: ``u_bar`` (B, leaves of
-    the round) -> ``g_bar`` (B, slots of the round) = ``a = -M^{-1} delta_bar`` per leaf and class;
+    """:func:`.plain.leaf_adjoints` of a joint round: ``u_bar`` (B, leaves of the round) ->
+    ``g_bar`` (B, slots of the round) = ``a = -M^{-1} delta_bar`` per leaf and class;
     ``big_w_bar`` gains ``a . delta`` times the l2 term's derivative (``n`` rows)."""
-    t0, t1 = tb.round_ptr[r], tb.round_ptr[r + 1]
+    t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     K = t1 - t0
-    rl0 = tb.leaf_off[t0]
-    rs0 = tb.sl_off[tb.step_ptr[t0]]
+    rl0 = lay.leaf_off[t0]
+    rs0 = lay.sl_off[lay.step_ptr[t0]]
     dbar = np.empty(K)
-    for lj in range(tb.leaf_off[t0 + 1] - tb.leaf_off[t0]):
+    for lj in range(lay.leaf_off[t0 + 1] - lay.leaf_off[t0]):
         for b in range(u_bar.shape[0]):
             for c in range(K):
-                dbar[c] = tb.lr[t0 + c] * u_bar[b, tb.leaf_off[t0 + c] + lj - rl0]
+                dbar[c] = trees.lr[t0 + c] * u_bar[b, lay.leaf_off[t0 + c] + lj - rl0]
             acc = 0.0
             for c in range(K):
-                o = tb.sl_off[tb.step_ptr[t0 + c]] + lj
+                o = lay.sl_off[lay.step_ptr[t0 + c]] + lj
                 a = 0.0
                 for e in range(K):
-                    a -= tb.MI[o, e] * dbar[e]
+                    a -= joint.MI[o, e] * dbar[e]
                 g_bar[b, o - rs0] = a
-                acc += a * tb.RD[o]
-            big_w_bar[b] += acc * tb.l2m[t0] / n
+                acc += a * sums.RD[o]
+            big_w_bar[b] += acc * trees.l2m[t0] / n
 
 
-@_jit
+@_internal
 def row_adjoints(
-    tb: Tables, r: int, A: NDArray[np.float64], g_bar: NDArray[np.float64], a_bar: NDArray[np.float64],
-    w_bar: NDArray[np.float64],
+    lay: Layout, rows: Rows, sums: Sums, r: int, A: NDArray[np.float64], g_bar: NDArray[np.float64],
+    a_bar: NDArray[np.float64], w_bar: NDArray[np.float64],
 ) -> None:
     """Every row's share of a joint round (margins ``A`` entering it, (n, K)): ``w_bar`` (B, n)
     gains ``a . g + a^T P delta`` and ``a_bar`` (B, n, K) gains ``w J (a + q)`` (module docstring),
     with ``a`` from ``g_bar`` as :func:`leaf_adjoints` leaves it."""
     n, K = A.shape
-    t0 = tb.round_ptr[r]
-    rs0 = tb.sl_off[tb.step_ptr[t0]]
-    slot = round_slots(tb, r) - rs0
+    t0 = lay.round_ptr[r]
+    rs0 = lay.sl_off[lay.step_ptr[t0]]
+    slot = round_slots(lay, r) - rs0
     p = np.empty(K)
     g = np.empty(K)
     dl = np.empty(K)
@@ -256,12 +267,12 @@ def row_adjoints(
     a = np.empty(K)
     for j in range(n):  # what does not depend on the objective first, once per row
         probabilities(A, j, p)
-        lab = int(tb.y[j, 0])
-        wj = tb.w[j]
+        lab = int(rows.y[j, 0])
+        wj = rows.w[j]
         pd = 0.0
         for c in range(K):
-            k[c] = slot[c] + tb.leaf[t0, j]
-            dl[c] = tb.RD[k[c] + rs0]
+            k[c] = slot[c] + lay.leaf[t0, j]
+            dl[c] = sums.RD[k[c] + rs0]
             g[c] = p[c] - (1.0 if lab == c else 0.0)
             pd += p[c] * dl[c]
         for b in range(g_bar.shape[0]):
@@ -281,75 +292,108 @@ def row_adjoints(
                 a_bar[b, j, c] -= wj * p[c] * px
 
 
+@_internal
+def reverse_round(
+    lay: Layout, trees: Trees, rows: Rows, sums: Sums, joint: Joint, r: int, A: NDArray[np.float64],
+    a_bar: NDArray[np.float64], u_bar: NDArray[np.float64], g_bar: NDArray[np.float64],
+    big_w_bar: NDArray[np.float64], w_bar: NDArray[np.float64],
+) -> None:
+    """Round ``r`` in reverse: gather the rows' margin adjoints while rewinding ``A`` to the margins
+    entering the round (one read of the shared structure), the leaf level, then the rows."""
+    gather_and_rewind(lay, sums.stored, r, A, a_bar, u_bar)
+    leaf_adjoints(lay, trees, sums, joint, r, A.shape[0], u_bar, g_bar, big_w_bar)
+    row_adjoints(lay, rows, sums, r, A, g_bar, a_bar, w_bar)
+
+
 @_per_row
 def add_row_derivative(
-    tb: Tables, r: int, A: NDArray[np.float64], j: int, J: NDArray[np.float64], only: int,
+    lay: Layout, rows: Rows, r: int, A: NDArray[np.float64], j: int, J: NDArray[np.float64], only: int,
     dG: NDArray[np.float64], dM: NDArray[np.float64], p: NDArray[np.float64], dp: NDArray[np.float64],
 ) -> None:
     """Forward mode: row ``j``'s margin derivative ``J`` (K,) moves its share of the joint leaf
     sums: ``dG[x] += w dg``, ``dM[x] += w dP[c]`` for its leaf ``x`` (global leaf minus the
     round's first) of each tree of the round (only tree ``only`` if >= 0)."""
     K = A.shape[1]
-    t0 = tb.round_ptr[r]
-    rl0 = tb.leaf_off[t0]
+    t0 = lay.round_ptr[r]
+    rl0 = lay.leaf_off[t0]
     probabilities(A, j, p)
     mean = 0.0
     for c in range(K):
         mean += p[c] * J[c]
     for c in range(K):
         dp[c] = p[c] * (J[c] - mean)
-    wj = tb.w[j]
+    wj = rows.w[j]
     for c in range(K):
         t = t0 + c
         if only >= 0 and t != only:
             continue
-        x = tb.leaf_off[t] + tb.leaf[t, j] - rl0
+        x = lay.leaf_off[t] + lay.leaf[t, j] - rl0
         dG[x] += wj * dp[c]
         for d in range(K):
             dM[x, d] += wj * (dp[c] * ((1.0 if c == d else 0.0) - p[d]) - p[c] * dp[d])
 
 
-@_jit
+@_internal
 def forward_steps(
-    tb: Tables, r: int, A: NDArray[np.float64], i0: int, s_i0: float, d_fac: NDArray[np.float64],
-    d_lam: float, dG: NDArray[np.float64], dM: NDArray[np.float64], du: NDArray[np.float64],
+    lay: Layout, rows: Rows, loss: LossSpec, sums: Sums, joint: Joint, r: int, A: NDArray[np.float64], i0:
+    int,
+    s_i0: float, d_fac: NDArray[np.float64], d_lam: float, dG: NDArray[np.float64], dM: NDArray[np.float64],
+    du: NDArray[np.float64],
 ) -> None:
     """Forward mode: the joint steps' derivatives ``du`` (global leaves) of round ``r`` from the
     propagated sums ``dG``, ``dM`` plus the direct terms of row ``i0``'s weight (``s_i0`` = its
     d w / d v), the group factors (``d_fac``) and the l2 term (``d_lam``):
     ``d delta = -M^{-1} (dG + dM delta)``."""
     K = A.shape[1]
-    t0 = tb.round_ptr[r]
-    rl0 = tb.leaf_off[t0]
-    p = np.empty(tb.zsize)
+    t0 = lay.round_ptr[r]
+    rl0 = lay.leaf_off[t0]
+    p = np.empty(loss.zsize)
     probabilities(A, i0, p)
-    li0 = tb.leaf[t0, i0]
-    lab = int(tb.y[i0, 0])
-    G_groups = d_fac.shape[0] if tb.GV.shape[0] > 0 else 0
+    li0 = lay.leaf[t0, i0]
+    lab = int(rows.y[i0, 0])
+    G_groups = d_fac.shape[0] if sums.GV.shape[0] > 0 else 0
     rhs = np.empty(K)
-    for lj in range(tb.leaf_off[t0 + 1] - tb.leaf_off[t0]):
+    for lj in range(lay.leaf_off[t0 + 1] - lay.leaf_off[t0]):
         for c in range(K):
-            o = tb.sl_off[tb.step_ptr[t0 + c]] + lj
-            x = tb.leaf_off[t0 + c] + lj - rl0
+            o = lay.sl_off[lay.step_ptr[t0 + c]] + lj
+            x = lay.leaf_off[t0 + c] + lj - rl0
             v = dG[x]
             for d in range(K):
-                od = tb.sl_off[tb.step_ptr[t0 + d]] + lj
+                od = lay.sl_off[lay.step_ptr[t0 + d]] + lj
                 m = dM[x, d]
                 if lj == li0:
                     m += s_i0 * p[c] * ((1.0 if c == d else 0.0) - p[d])
                 for q in range(G_groups):
-                    m += d_fac[q] * tb.HXV[o, q * K + d]
+                    m += d_fac[q] * joint.HXV[o, q * K + d]
                 if c == d:
                     m += d_lam
-                v += m * tb.RD[od]
+                v += m * sums.RD[od]
             if lj == li0:
                 v += s_i0 * (p[c] - (1.0 if lab == c else 0.0))
             for q in range(G_groups):
-                v += d_fac[q] * tb.GV[o, q]
+                v += d_fac[q] * sums.GV[o, q]
             rhs[c] = v
         for c in range(K):
-            o = tb.sl_off[tb.step_ptr[t0 + c]] + lj
+            o = lay.sl_off[lay.step_ptr[t0 + c]] + lj
             acc = 0.0
             for d in range(K):
-                acc -= tb.MI[o, d] * rhs[d]
-            du[tb.leaf_off[t0 + c] + lj] += acc
+                acc -= joint.MI[o, d] * rhs[d]
+            du[lay.leaf_off[t0 + c] + lj] += acc
+
+
+@_internal
+def refit_round(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, joint: Joint, r: int,
+    A: NDArray[np.float64], delta: NDArray[np.float64], u: NDArray[np.float64], w_new: NDArray[np.float64],
+    sel: NDArray[np.bool_], every: bool, changed: bool, i0: int, mean_w: float, Gs: NDArray[np.float64],
+    Hs: NDArray[np.float64], HXs: NDArray[np.float64], d: NDArray[np.float64], scratch: NDArray[np.float64],
+) -> None:
+    """Round ``r``'s one joint step with row ``i0`` deleted, into the in-tree moves ``u``."""
+    t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
+    rl0, rl1 = lay.leaf_off[t0], lay.leaf_off[t1]
+    refit_round_sums(lay, trees, rows, loss, sums, joint, r, 0, A, delta, u, w_new, sel, every, changed, i0,
+                     Gs, Hs, HXs, scratch)
+    local = lay.leaf_off[t0:t1] - rl0
+    round_steps(lay, trees, sums, joint, r, l2_term(trees, t0, mean_w), Gs, HXs, local, d, False)
+    for gl in range(rl0, rl1):
+        u[gl] += d[gl - rl0]

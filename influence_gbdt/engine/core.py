@@ -36,23 +36,21 @@ import numba
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from . import _kernels as K
-from ._base import BaseMargin
-from ._forward import forward_many
-from ._refit import refit_many
-from ._reverse import reverse
-from ._tables import Tables, build_tables, derivative_cache_slots, sorted_rows
-from .ensemble import TreeEnsemble
-from .errors import InputError, ReproductionError
+from ..ensemble import TreeEnsemble
+from ..errors import InputError, ReproductionError
+from . import passes
+from .base import BaseMargin
+from .common import ALL, NONE, TOPK, leaf_sums
+from .state import State, build_state, derivative_cache_slots, sorted_rows
 
 UpdateSet = Literal["all_points", "single_point", "top_k_leaves"]
 Objective = Literal["loss", "prediction"]
 Aggregate = Literal["mean", "sum"] | None
 Progress = Callable[[int], None] | None
 
-_MODES = {"all_points": K.ALL, "single_point": K.NONE, "top_k_leaves": K.TOPK}
+_MODES = {"all_points": ALL, "single_point": NONE, "top_k_leaves": TOPK}
 #: Memory (bytes) one reverse-mode batch may use for its per-row adjoints.
-_REVERSE_BATCH_BYTES = 128e6
+REVERSE_BATCH_BYTES = 128e6
 #: Default most memory an engine's derivative cache may take (see :class:`InfluenceEngine`).
 DEFAULT_CACHE_BYTES = 1e9
 
@@ -120,18 +118,18 @@ class InfluenceEngine:
         self.cache_bytes = cache_bytes
         self._dfac = self._combined_factor_derivative()
         # Rows sorted by leaf (4 bytes per tree and row) serve LeafRefit, forward mode and renewed
-        # leaves only: built when first needed (``_row_tables``), except for renewed leaves.
-        self._tables = build_tables(e, group_sums=self._dfac is not None,
-                                    cache_slots=derivative_cache_slots(e, cache_bytes),
+        # leaves only: built when first needed (``_row_state``), except for renewed leaves.
+        self._state = build_state(e, group_sums=self._dfac is not None,
+                                  cache_slots=derivative_cache_slots(e, cache_bytes),
                                     sort_rows=bool(e.renewed.any()))
         self._A0 = np.ascontiguousarray(e.init_offset + e.base_margin[None, :])
         margin = self._A0.copy()
-        K.replay(self._tables, margin)
+        passes.replay(*self._state, margin)
         self._margin = margin
-        self.n_steps: NDArray[np.int64] = self._tables.n_steps
-        self.step_scales: NDArray[np.float64] = self._tables.scales
+        self.n_steps: NDArray[np.int64] = self._state.trees.n_steps
+        self.step_scales: NDArray[np.float64] = self._state.trees.scales
         self.train_margin: NDArray[np.float64] = margin[:, 0] if e.n_outputs == 1 else margin
-        self._set_leaf_values(self._tables.values)
+        self._set_leaf_values(self._state.sums.values)
         self._group_v = np.bincount(e.weight_group, e.user_weight, e.n_groups)
         self._base = BaseMargin(e)
 
@@ -140,8 +138,8 @@ class InfluenceEngine:
         """(leaf steps whose row derivatives the replay kept for the reverse sweep, leaf steps in
         all; the trees of a round step together): all of them when they fit in ``cache_bytes``;
         (0, steps) for models the cache does not serve."""
-        tb = self._tables
-        return int(tb.der_used[0]), int(tb.n_steps[tb.round_ptr[:-1]].sum())
+        st = self._state
+        return int(st.cache.der_used[0]), int(st.trees.n_steps[st.lay.round_ptr[:-1]].sum())
 
     def _set_leaf_values(self, values: NDArray[np.float64]) -> None:
         """Take ``values`` (n_total,) as the recomputed leaf values and measure the residuals. The
@@ -167,11 +165,12 @@ class InfluenceEngine:
         no renewed leaves and no class factors computed from the data (the distributed scope).
         Row-local results then equal the whole set's engine's: LeafRefit and LeafInfluence with
         ``update_set="single_point"`` (the row's own change alone is propagated)."""
-        src = whole._tables
-        self._tables = self._tables._replace(
-            G=src.G.copy(), H=src.H.copy(), SDG=src.SDG.copy(), SDH=src.SDH.copy(), RG=src.RG.copy(),
-            RD=src.RD.copy(), u_before=src.u_before.copy(), values=src.values.copy(),
-            outside=np.array([float(outside[0]), float(outside[1])]))
+        src, st = whole._state.sums, self._state
+        self._state = st._replace(
+            sums=st.sums._replace(G=src.G.copy(), H=src.H.copy(), SDG=src.SDG.copy(), SDH=src.SDH.copy(),
+                                  RG=src.RG.copy(), RD=src.RD.copy(), u_before=src.u_before.copy(),
+                                  values=src.values.copy()),
+            rows=st.rows._replace(outside=np.array([float(outside[0]), float(outside[1])])))
         self._set_leaf_values(whole.leaf_values)
         if self._base.refits:
             if base_sums is None:
@@ -210,10 +209,8 @@ class InfluenceEngine:
 
     def refit_leaf_values(
         self,
-        rows: ArrayLike,
-        update_set: UpdateSet = "all_points",
-        k: int | None = None,
-        refit_base: bool = True,
+        rows: ArrayLike, update_set: UpdateSet = "all_points",
+        k: int | None = None, refit_base: bool = True,
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """Leaf values recomputed with each of ``rows`` deleted, structure fixed.
 
@@ -232,10 +229,8 @@ class InfluenceEngine:
 
     def leaf_value_derivatives(
         self,
-        rows: ArrayLike,
-        update_set: UpdateSet = "all_points",
-        k: int | None = None,
-        refit_base: bool = True,
+        rows: ArrayLike, update_set: UpdateSet = "all_points",
+        k: int | None = None, refit_base: bool = True,
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """d leaf value / d v_i for each of ``rows`` by forward mode (paper's Algorithm 4).
 
@@ -255,15 +250,11 @@ class InfluenceEngine:
 
     def leaf_refit(
         self,
-        test: TestPoints,
-        rows: ArrayLike | None = None,
+        test: TestPoints, rows: ArrayLike | None = None,
         update_set: UpdateSet = "all_points",
-        k: int | None = None,
-        refit_base: bool = True,
-        on: Objective = "loss",
-        aggregate: Aggregate = None,
-        chunk_size: int = 64,
-        progress: Progress = None,
+        k: int | None = None, refit_base: bool = True,
+        on: Objective = "loss", aggregate: Aggregate = None,
+        chunk_size: int = 64, progress: Progress = None,
         output: int | None = None,
     ) -> NDArray[np.float64]:
         """LeafRefit scores: ``L(F(x_j)) - L(F_without_i(x_j))`` (``on="loss"``) or
@@ -292,7 +283,7 @@ class InfluenceEngine:
         -------
         ndarray of shape (len(rows), m), or (len(rows),) when aggregated. > 0 = harmful.
         """
-        _check_aggregate(aggregate)
+        check_aggregate(aggregate)
         leaves, offset, y = self._test_arrays(test, need_y=on == "loss")
         column = self._output(on, output)
         f_test = self._margins(leaves, offset)
@@ -314,7 +305,8 @@ class InfluenceEngine:
         ``shift`` (B, K) of B deletions, for test points with global leaves ``leaves`` (T, m) and
         margins ``f_test`` (m, K): the loss change (labels ``y``), or minus the margin change of
         output ``column`` (``y`` None). > 0 = harmful."""
-        d_f = K.leaf_sums(self._tables, new_values - self.leaf_values[None, :], shift, leaves)
+        d_f = leaf_sums(self._state.lay, self.ensemble.n_outputs, new_values - self.leaf_values[None, :],
+                        shift, leaves)
         if y is None:
             return -d_f[:, :, column]
         loss = self.ensemble.loss
@@ -324,15 +316,11 @@ class InfluenceEngine:
 
     def leaf_influence(
         self,
-        test: TestPoints,
-        rows: ArrayLike | None = None,
+        test: TestPoints, rows: ArrayLike | None = None,
         update_set: UpdateSet = "all_points",
-        k: int | None = None,
-        refit_base: bool = True,
-        on: Objective = "loss",
-        aggregate: Aggregate = None,
-        chunk_size: int = 64,
-        progress: Progress = None,
+        k: int | None = None, refit_base: bool = True,
+        on: Objective = "loss", aggregate: Aggregate = None,
+        chunk_size: int = 64, progress: Progress = None,
         output: int | None = None,
     ) -> NDArray[np.float64]:
         """LeafInfluence scores ``dL(y_j, F(x_j)) / dv_i`` (``on="prediction"``: ``dF(x_j)/dv_i``).
@@ -358,26 +346,22 @@ class InfluenceEngine:
         """Whether :meth:`leaf_influence` runs reverse mode: exact LeafInfluence (``all_points``) costs
         O(T n) per test point (one per aggregate) in reverse mode and O(T n) per training row in
         forward mode, so the mode with fewer sweeps is taken."""
-        if _MODES.get(update_set) != K.ALL:
+        if _MODES.get(update_set) != ALL:
             return False
         return (1 if aggregate is not None else n_test) <= n_rows
 
     def influence_forward(
         self,
-        test: TestPoints,
-        rows: ArrayLike | None = None,
+        test: TestPoints, rows: ArrayLike | None = None,
         update_set: UpdateSet = "all_points",
-        k: int | None = None,
-        refit_base: bool = True,
-        on: Objective = "loss",
-        aggregate: Aggregate = None,
-        chunk_size: int = 64,
-        progress: Progress = None,
+        k: int | None = None, refit_base: bool = True,
+        on: Objective = "loss", aggregate: Aggregate = None,
+        chunk_size: int = 64, progress: Progress = None,
         output: int | None = None,
     ) -> NDArray[np.float64]:
         """LeafInfluence by forward mode, one training row at a time (O(T n) per row with
         ``all_points``). Same parameters and return as :meth:`leaf_refit`."""
-        _check_aggregate(aggregate)
+        check_aggregate(aggregate)
         leaves, offset, y = self._test_arrays(test, need_y=on == "loss")
         coef = self._test_coef(leaves, offset, y, self._output(on, output))
         idx = self.resolve_rows(rows)
@@ -397,17 +381,16 @@ class InfluenceEngine:
         """LeafInfluence scores (B, m) from the leaf-value and base-margin derivatives in B rows'
         weights, ``d_values`` (B, n_total) and ``d_base`` (B, K), for test points with global leaves
         ``leaves`` (T, m) and objective coefficients ``coef`` (m, K) (d objective / d margin)."""
-        return np.einsum("bjc,jc->bj", K.leaf_sums(self._tables, d_values, d_base, leaves), coef)
+        lay = self._state.lay
+        return np.einsum("bjc,jc->bj", leaf_sums(lay, self.ensemble.n_outputs, d_values, d_base, leaves),
+                         coef)
 
     def influence_reverse(
         self,
-        test: TestPoints,
-        rows: ArrayLike | None = None,
-        refit_base: bool = True,
-        on: Objective = "loss",
+        test: TestPoints, rows: ArrayLike | None = None,
+        refit_base: bool = True, on: Objective = "loss",
         aggregate: Aggregate = None,
-        chunk_size: int = 64,
-        progress: Progress = None,
+        chunk_size: int = 64, progress: Progress = None,
         output: int | None = None,
     ) -> NDArray[np.float64]:
         """Exact all_points LeafInfluence of every training row by reverse mode (adjoint).
@@ -428,7 +411,7 @@ class InfluenceEngine:
         -------
         ndarray of shape (len(rows), m), or (len(rows),) when aggregated. > 0 = harmful.
         """
-        _check_aggregate(aggregate)
+        check_aggregate(aggregate)
         leaves, offset, y = self._test_arrays(test, need_y=on == "loss")
         coef = self._test_coef(leaves, offset, y, self._output(on, output))
         idx = self.resolve_rows(rows)
@@ -443,7 +426,7 @@ class InfluenceEngine:
                 progress(leaves.shape[1])  # every test point is done
             return scores[idx]
         m = leaves.shape[1]
-        fits = int(_REVERSE_BATCH_BYTES / (8.0 * e.n_rows * (e.n_outputs + 1)))
+        fits = int(REVERSE_BATCH_BYTES / (8.0 * e.n_rows * (e.n_outputs + 1)))
         per_batch = max(1, min(int(chunk_size), fits))
         out = np.empty((idx.size, m))
         # Equal batches, at least one per thread: 100 test points on two threads sweep 50 + 50,
@@ -479,29 +462,33 @@ class InfluenceEngine:
 
     def _refit(self, idx: NDArray[np.int64], mode: int, k: int, shift: NDArray[np.float64],
                threads: int | None = None) -> NDArray[np.float64]:
-        if self.ensemble.n_rows + self._tables.outside[1] < 2:
+        if self.ensemble.n_rows + self._state.rows.outside[1] < 2:
             raise InputError("LeafRefit deletes a training row: the training set needs at least two.")
         fac_new, changed = self._factors_without(idx)
-        tb, A0 = self._row_tables(), self._A0
+        st, A0 = self._row_state(), self._A0
         return self._split_rows(
-            lambda sl: refit_many(tb, A0, idx[sl], mode, k, shift[sl], fac_new[sl], changed[sl]),
+            lambda sl: passes.refit_many(st.lay, st.trees, st.rows, st.loss, st.sums, st.joint, st.renewed,
+                                         st.backtrack, A0, idx[sl], mode, k, shift[sl], fac_new[sl],
+                                         changed[sl]),
             idx.size, threads)
 
     def _forward(self, idx: NDArray[np.int64], mode: int, k: int, d_base: NDArray[np.float64],
                  threads: int | None = None) -> NDArray[np.float64]:
         d_fac, d_sumw = self._factor_derivatives(idx)
-        tb, A0 = self._row_tables(), self._A0
+        st, A0 = self._row_state(), self._A0
         return self._split_rows(
-            lambda sl: forward_many(tb, A0, idx[sl], mode, k, d_base[sl], d_fac[sl], d_sumw[sl]),
+            lambda sl: passes.forward_many(st.lay, st.trees, st.rows, st.loss, st.sums, st.joint, st.renewed,
+                                           A0, idx[sl], mode, k, d_base[sl], d_fac[sl], d_sumw[sl]),
             idx.size, threads)
 
-    def _row_tables(self) -> Tables:
-        """The tables with ``rows_by_leaf`` (sorted on first use; two threads racing sort the same
+    def _row_state(self) -> State:
+        """The state with ``rows_by_leaf`` (sorted on first use; two threads racing sort the same
         rows twice, harmlessly)."""
-        tb = self._tables
-        if tb.rows_by_leaf.shape[0] == 0 and self.ensemble.n_trees > 0:
-            tb = self._tables = tb._replace(rows_by_leaf=sorted_rows(self.ensemble, tb.round_ptr))
-        return tb
+        st = self._state
+        if st.lay.rows_by_leaf.shape[0] == 0 and self.ensemble.n_trees > 0:
+            lay = st.lay._replace(rows_by_leaf=sorted_rows(self.ensemble, st.lay.round_ptr))
+            st = self._state = st._replace(lay=lay)
+        return st
 
     def _split_rows(self, fn: Callable[[slice], NDArray[np.float64]], n: int,
                     threads: int | None) -> NDArray[np.float64]:
@@ -517,10 +504,8 @@ class InfluenceEngine:
     def _chunked(
         self,
         batch: Callable[[NDArray[np.int64]], NDArray[np.float64]],
-        idx: NDArray[np.int64],
-        chunk_size: int,
-        aggregate: Aggregate,
-        progress: Progress,
+        idx: NDArray[np.int64], chunk_size: int,
+        aggregate: Aggregate, progress: Progress,
     ) -> NDArray[np.float64]:
         """Run ``batch`` over chunks of training rows on the engine's threads, aggregating over
         test points if asked."""
@@ -546,7 +531,10 @@ class InfluenceEngine:
         leaf coefficients are ``c_leaf`` (B, n_total) and whose test margins' derivative summed
         over their test points is ``coef_sum`` (B, K) (the base margin's direct channel)."""
         e = self.ensemble
-        w_bar, a0_bar, big_w_bar = reverse(self._tables, self._margin, np.ascontiguousarray(c_leaf))
+        st = self._state
+        w_bar, a0_bar, big_w_bar = passes.reverse(st.lay, st.trees, st.rows, st.loss, st.sums, st.cache,
+                                                  st.joint,
+                                                  st.renewed, self._margin, np.ascontiguousarray(c_leaf))
         total = e.weight_factor[None, :] * (w_bar + big_w_bar[:, None])
         total += (a0_bar + coef_sum) @ d_base.T
         if self._dfac is not None:
@@ -572,7 +560,8 @@ class InfluenceEngine:
         """Test margins (m, K) of points with global leaves ``leaves`` (T, m), from the stored leaf
         values: the model as the booster predicts with it."""
         e = self.ensemble
-        return K.leaf_sums(self._tables, e.leaf_values[None, :], e.base_margin[None, :], leaves)[0] + offset
+        return leaf_sums(self._state.lay, e.n_outputs, e.leaf_values[None, :], e.base_margin[None, :],
+                         leaves)[0] + offset
 
     def _test_coef(
         self, leaves: NDArray[np.int64], offset: NDArray[np.float64], y: NDArray[np.float64] | None,
@@ -642,7 +631,7 @@ class InfluenceEngine:
         if update_set not in _MODES:
             raise InputError(f"update_set must be one of {sorted(_MODES)}, got {update_set!r}.")
         mode = _MODES[update_set]
-        if mode == K.TOPK:
+        if mode == TOPK:
             if k is None or int(k) < 1:
                 raise InputError("update_set='top_k_leaves' needs k >= 1 (leaves updated per tree).")
             return mode, int(min(k, np.iinfo(np.int32).max))
@@ -698,7 +687,7 @@ class InfluenceEngine:
         return self._base.derivative()
 
 
-def _check_aggregate(aggregate: Aggregate) -> None:
+def check_aggregate(aggregate: Aggregate) -> None:
     if aggregate not in (None, "mean", "sum"):
         raise InputError(f"aggregate must be None, 'mean' or 'sum', got {aggregate!r}.")
 

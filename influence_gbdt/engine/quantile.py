@@ -1,4 +1,4 @@
-"""Renewed leaves (numba): a leaf's value is a quantile of its rows' residuals. Private.
+"""Renewed leaves (numba): a leaf's value is a quantile of its rows' residuals. Private to the engine.
 
 For L1 / quantile objectives the boosters grow a tree with pinball gradients and then *replace*
 each leaf value by ``learning_rate * Q_alpha(residuals of the leaf's rows)``, residual ``y - m``
@@ -37,7 +37,7 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from . import _jit as numba
+from .. import _jit as numba
 
 QUANTILE_XGBOOST = 0
 QUANTILE_LIGHTGBM = 1
@@ -45,21 +45,23 @@ QUANTILE_CATBOOST = 2
 METHODS = {"xgboost": QUANTILE_XGBOOST, "lightgbm": QUANTILE_LIGHTGBM, "catboost": QUANTILE_CATBOOST}
 
 _jit = numba.njit(cache=True, nogil=True)
+#: Functions only compiled code calls: no Python wrapper to compile (see ``_jit.njit``).
+_internal = numba.njit(cache=True, nogil=True, internal=True)
 _DBL_EPS = 2.220446049250313e-16
 
 
-@_jit
+@_internal
 def _f32(x: float) -> float:
     return np.float64(np.float32(x))
 
 
-@_jit
+@_internal
 def residual(method: int, y: float, m: float) -> float:
     """A row's residual ``y - m`` as the booster computes it (float32 for XGBoost and CatBoost)."""
     return _f32(y - m) if method != QUANTILE_LIGHTGBM else y - m
 
 
-@_jit
+@_internal
 def quantile(  # noqa: C901 -- one branch per booster definition
     method: int, r: NDArray[np.float64], w: NDArray[np.float64], alpha: float, weighted: bool,
     delta: float, sel: NDArray[np.int64], coef: NDArray[np.float64], wd: NDArray[np.float64],
@@ -144,7 +146,7 @@ def quantile(  # noqa: C901 -- one branch per booster definition
     return v1
 
 
-@_jit
+@_internal
 def _catboost(
     r: NDArray[np.float64], w: NDArray[np.float64], order: NDArray[np.int64], alpha: float, delta: float,
     sel: NDArray[np.int64], coef: NDArray[np.float64],
@@ -227,7 +229,7 @@ def quantile_weight_derivative(
     return out
 
 
-@_jit
+@_internal
 def weight_slope(wd: NDArray[np.float64], position: int) -> float:
     """``dQ / dw`` of the row at ``position`` in the sorted order, from the descriptor ``wd`` of
     :func:`quantile` (``wd[3]`` is the position of the order statistic ``p``)."""

@@ -1,0 +1,411 @@
+"""The engine's four passes over the rounds (numba), and the one place each round's leaf rule is
+chosen. Private to the engine.
+
+- :func:`replay`: recompute every leaf value from the data (the self-check) and fill the caches;
+- :func:`reverse`: exact LeafInfluence of every training row on a batch of objectives (adjoints,
+  last round to first);
+- :func:`forward_many`: d leaf value / d v_i of one training row at a time (the paper's
+  Algorithm 4), with an update set;
+- :func:`refit_many`: every leaf recomputed with one training row deleted (the paper's
+  Algorithms 1-3), with an update set.
+
+Each pass walks the rounds and hands each one to its leaf rule: :mod:`.plain` (Newton or gradient
+steps), :mod:`.joint` (one joint softmax step), :mod:`.renewed` (quantile leaves) or
+:mod:`.backtracking` (AnyImprovement). The rule groups of a model without such trees are None, and
+the tests ``group is not None`` are decided when numba compiles: a plain model compiles the plain
+rule only. A new leaf rule adds its module, its state group (:mod:`.state`) and one branch per
+pass here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .. import _jit as numba
+from . import backtracking, plain
+from . import joint as joint_rule
+from . import renewed as renewed_rule
+from .common import NONE, add_round, advance_row, per_row, round_sizes, select_leaves
+from .state import Backtrack, Cache, Joint, Layout, LossSpec, Renewed, Rows, Sums, Trees
+
+_jit = numba.njit(cache=True, nogil=True)
+#: Functions only compiled code calls: no Python wrapper to compile (see ``_jit.njit``).
+_internal = numba.njit(cache=True, nogil=True, internal=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Replay
+
+
+@_jit
+def replay(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, joint: Joint | None,
+    renewed: Renewed | None, bt: Backtrack | None, A: NDArray[np.float64],
+) -> None:
+    """Recompute every leaf value from the data and fill the caches in place.
+
+    ``A`` (n, K) holds the initial margins on entry and the final ones on return; the recomputed
+    leaf values are ``sums.values``. Steps take their recorded scales, except in backtracking trees,
+    whose accepted steps are decided here as the booster decides them (and recorded in
+    ``trees.n_steps`` / ``trees.scales``). Margins move by the *stored* leaf values, so every tree is
+    recomputed at the booster's own margins and a last-bit difference in one tree cannot cascade
+    into the next.
+    """
+    n, K = A.shape
+    mean_w = (rows.w.sum() + rows.outside[0]) / (n + rows.outside[1])
+    u = np.zeros(lay.leaf_off[-1])
+    step = np.zeros(lay.leaf_off[-1])
+    most_leaves, _ = round_sizes(lay)
+    d = np.empty(most_leaves)
+    dl = np.empty(most_leaves)
+    point_buf = np.empty(n)
+    scratch = np.empty((7, max(K, loss.zsize)))
+    for r in range(lay.round_ptr.shape[0] - 1):
+        t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
+        if renewed is not None and renewed.renew[t0]:
+            renewed_rule.replay_tree(lay, trees, rows, sums, renewed, t0, A)
+            add_round(lay, r, A, sums.stored, 1.0)
+            continue
+        if bt is not None and bt.backtrack[t0]:
+            backtracking.replay_round(lay, trees, rows, loss, sums, cache, bt, r, A, u, mean_w, d, step,
+                                      point_buf, dl, scratch)
+        elif joint is not None and joint.joint[t0]:
+            joint_rule.replay_round(lay, trees, rows, sums, joint, r, A, mean_w, u, d)
+        else:
+            plain.replay_round(lay, trees, rows, loss, sums, cache, joint, r, A, mean_w, u, d, scratch)
+        for t in range(t0, t1):
+            for gl in range(lay.leaf_off[t], lay.leaf_off[t + 1]):
+                sums.values[gl] = trees.lr[t] * u[gl]
+                u[gl] = 0.0
+        add_round(lay, r, A, sums.stored, 1.0)
+
+
+# ----------------------------------------------------------------------------------------------
+# Reverse
+
+
+@_internal
+def _every_step_cached(lay: Layout, trees: Trees, cache: Cache) -> bool:
+    """Whether the derivative cache holds every leaf step the replay took."""
+    for r in range(lay.round_ptr.shape[0] - 1):
+        t0 = lay.round_ptr[r]
+        for s in range(trees.n_steps[t0]):
+            if cache.der_slot[lay.step_ptr[t0] + s] < 0:
+                return False
+    return True
+
+
+@_jit
+def reverse(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, joint: Joint | None,
+    renewed: Renewed | None, A_final: NDArray[np.float64], c_leaf: NDArray[np.float64],
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """Vector-Jacobian products of ``B`` objectives through the whole ensemble.
+
+    Parameters
+    ----------
+    A_final : (n, K) the replay's final training margins.
+    c_leaf : (B, n_total) d objective / d leaf value coming from the test side.
+
+    Returns
+    -------
+    w_bar : (B, n) d objective / d effective weight of each row, through its own leaf sums.
+    a0_bar : (B, K) d objective / d initial margin (summed over rows): the base-margin channel.
+    big_w_bar : (B,) d objective / d (sum of effective weights), through the l2 term.
+    """
+    B = c_leaf.shape[0]
+    n, K = A_final.shape
+    A = A_final.copy()  # margins entering the current round, rebuilt by subtraction
+    a_bar = np.zeros((B, n, K))
+    w_bar = np.zeros((B, n))
+    big_w_bar = np.zeros(B)
+    most_leaves, most_slots = round_sizes(lay)
+    u_bar = np.empty((B, most_leaves))
+    g_bar = np.empty((B, most_slots))
+    d_bar = np.empty((B, most_slots))
+    every_step_cached = _every_step_cached(lay, trees, cache)  # then the margins are never needed
+    for r in range(lay.round_ptr.shape[0] - 2, -1, -1):
+        t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
+        rl0 = lay.leaf_off[t0]
+        n_round = lay.leaf_off[t1] - rl0
+        for b in range(B):
+            u_bar[b, :n_round] = c_leaf[b, rl0 : rl0 + n_round]
+        if joint is not None and joint.joint[t0]:
+            joint_rule.reverse_round(lay, trees, rows, sums, joint, r, A, a_bar, u_bar, g_bar, big_w_bar,
+                                     w_bar)
+            continue
+        renewed_round = renewed is not None and renewed.renew[t0]
+        plain.gather_adjoints(lay, r, a_bar, u_bar)
+        plain.leaf_adjoints(lay, trees, sums, r, n, u_bar, g_bar, d_bar, big_w_bar, renewed_round)
+        if not every_step_cached:  # margins entering the round, for the derivatives not cached
+            add_round(lay, r, A, sums.stored, -1.0)
+        if renewed is not None and renewed.renew[t0]:
+            renewed_rule.reverse_tree(lay, rows.y, renewed, t0, A, u_bar, rl0, a_bar, w_bar)
+            continue
+        plain.reverse_round(lay, trees, rows, loss, sums, cache, r, A, g_bar, d_bar, a_bar, w_bar)
+    a0_bar = np.zeros((B, K))
+    for b in range(B):
+        for j in range(n):
+            for c in range(K):
+                a0_bar[b, c] += a_bar[b, j, c]
+    return w_bar, a0_bar, big_w_bar
+
+
+# ----------------------------------------------------------------------------------------------
+# Forward
+
+
+@per_row
+def _add_share(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, joint: Joint | None, r: int, s: int,
+    A: NDArray[np.float64], j: int, J: NDArray[np.float64], only: int, dG: NDArray[np.float64],
+    dD: NDArray[np.float64], dM: NDArray[np.float64], scratch: NDArray[np.float64],
+) -> None:
+    """Row ``j``'s share of round ``r``'s leaf-sum derivatives, by the round's rule (a joint round's
+    full hessian into ``dM`` (leaves, K), a plain one's into ``dD``)."""
+    if joint is not None and joint.joint[lay.round_ptr[r]]:
+        joint_rule.add_row_derivative(lay, rows, r, A, j, J, only, dG, dM, scratch[1, : loss.zsize],
+                                      scratch[2, : A.shape[1]])
+        return
+    plain.add_row_share(lay, trees, rows, loss, sums.u_before, r, s, A, j, J, only, dG, dD, scratch)
+
+
+@_internal
+def forward_one(  # noqa: C901 -- one loop nest over rounds, steps and the update set
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, joint: Joint | None,
+    renewed: Renewed | None, A0: NDArray[np.float64], i0: int, mode: int, k: int, d_base: NDArray[np.float64],
+    d_fac: NDArray[np.float64], d_sumw: float, work: NDArray[np.float64], row_only: bool,
+) -> NDArray[np.float64]:
+    """d leaf value / d v_i0 for every leaf, shape (n_total,).
+
+    ``A0`` (n, K) are the initial margins; ``d_base`` (K,) = d base margin / d v_i0;
+    ``d_fac`` (G,) = d (dataset factor * objective factor) / d v_i0 per group; ``d_sumw`` =
+    d (sum of effective weights) / d v_i0.
+    The update set propagates the margin derivatives of its rows (SinglePoint: row i0 alone).
+    ``row_only`` (single_point without renewed leaves: no other row is read) follows row ``i0``'s
+    margins alone in ``work`` (n, K; holding ``A0``; the caller restores row ``i0``): O(leaves)
+    per round.
+    """
+    n, K = A0.shape
+    n_all = n + rows.outside[1]  # rows of the whole training set (a Dask partition holds some)
+    A = work if row_only else A0.copy()
+    track = mode != NONE
+    J = np.empty((n if track else 1, K))
+    J[:, :] = d_base
+    ji0 = i0 if track else 0
+    out = np.empty(lay.leaf_off[-1])
+    du = np.zeros(lay.leaf_off[-1])
+    sel = np.zeros(lay.leaf_off[-1], dtype=np.bool_)
+    most_leaves, _ = round_sizes(lay)
+    dG = np.empty(most_leaves)
+    dD = np.empty(most_leaves)
+    dM = np.empty((most_leaves if joint is not None else 0, K))
+    scratch = np.empty((4, max(K, loss.zsize)))
+    s_i0 = rows.dfac[rows.grp[i0]] * rows.ofac[rows.grp[i0]]
+    for r in range(lay.round_ptr.shape[0] - 1):
+        t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
+        every = track
+        for t in range(t0, t1):
+            if track:
+                every = select_leaves(lay, t, mode, k, J,
+                                      sel[lay.leaf_off[t] : lay.leaf_off[t + 1]]) and every
+            du[lay.leaf_off[t] : lay.leaf_off[t + 1]] = 0.0
+        if renewed is not None and renewed.renew[t0]:
+            renewed_rule.forward_tree(lay, trees, rows.y, renewed, t0, A, J, i0, track, s_i0, out)
+            _propagate(lay, r, t0, t1, track, i0, J, out)
+            add_round(lay, r, A, sums.stored, 1.0)
+            continue
+        for s in range(trees.n_steps[t0]):
+            dG[:] = 0.0
+            dD[:] = 0.0
+            dM[:, :] = 0.0
+            if every:
+                for j in range(n):
+                    _add_share(lay, trees, rows, loss, sums, joint, r, s, A, j, J[j], -1, dG, dD, dM, scratch)
+            else:
+                for t in range(t0, t1):
+                    if track:
+                        for gl in range(lay.leaf_off[t], lay.leaf_off[t + 1]):
+                            if sel[gl]:
+                                first = lay.leaf_first[gl]
+                                for q in range(first, first + lay.leaf_count[gl]):
+                                    j = lay.rows_by_leaf[t, q]
+                                    _add_share(lay, trees, rows, loss, sums, joint, r, s, A, j, J[j], t, dG,
+                                               dD, dM, scratch)
+                    if not (track and sel[lay.leaf_off[t] + lay.leaf[t, i0]]):  # the row's own change
+                        _add_share(lay, trees, rows, loss, sums, joint, r, s, A, i0, J[ji0], t, dG, dD, dM,
+                                   scratch)
+            if joint is not None and joint.joint[t0]:
+                joint_rule.forward_steps(lay, rows, loss, sums, joint, r, A, i0, s_i0, d_fac,
+                                         trees.l2m[t0] * d_sumw / n_all, dG, dM, du)
+                continue
+            plain.forward_steps(lay, trees, rows, loss, sums, r, s, A, i0, s_i0, d_fac, d_sumw, n_all, dG, dD,
+                                du, scratch)
+        for t in range(t0, t1):
+            for gl in range(lay.leaf_off[t], lay.leaf_off[t + 1]):
+                out[gl] = trees.lr[t] * du[gl]
+        _propagate(lay, r, t0, t1, track, i0, J, out)
+        if row_only:
+            advance_row(lay, sums.stored, r, A, i0)
+        else:
+            add_round(lay, r, A, sums.stored, 1.0)
+    return out
+
+
+@_internal
+def _propagate(
+    lay: Layout, r: int, t0: int, t1: int, track: bool, i0: int, J: NDArray[np.float64],
+    out: NDArray[np.float64],
+) -> None:
+    """Add round ``r``'s leaf derivatives ``out`` to the margin derivatives ``J`` of the rows
+    tracked (every row, or only row i0 in ``J[0]``)."""
+    if track:
+        add_round(lay, r, J, out, 1.0)
+    else:
+        for t in range(t0, t1):
+            J[0, lay.out[t]] += out[lay.leaf_off[t] + lay.leaf[t, i0]]
+
+
+@numba.njit(cache=True, nogil=True)
+def forward_many(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, joint: Joint | None,
+    renewed: Renewed | None, A0: NDArray[np.float64], idx: NDArray[np.int64], mode: int, k: int,
+    d_base: NDArray[np.float64], d_fac: NDArray[np.float64], d_sumw: NDArray[np.float64],
+) -> NDArray[np.float64]:
+    """:func:`forward_one` for each of the rows ``idx`` (B,); ``d_base`` (B, K), ``d_fac`` (B, G),
+    ``d_sumw`` (B,). Returns (B, n_total)."""
+    out = np.empty((idx.shape[0], lay.leaf_off[-1]))
+    fast = mode == NONE and renewed is None  # single_point: only row i0's margins are read
+    work = A0.copy() if fast else np.empty((0, A0.shape[1]))
+    for b in range(idx.shape[0]):
+        out[b, :] = forward_one(lay, trees, rows, loss, sums, joint, renewed, A0, idx[b], mode, k, d_base[b],
+                                d_fac[b], d_sumw[b], work, fast)
+        if fast:
+            work[idx[b]] = A0[idx[b]]
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Refit
+
+
+@_internal
+def refit_one(  # noqa: C901 -- one loop nest over rounds and the rules
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, joint: Joint | None,
+    renewed: Renewed | None, bt: Backtrack | None, A0: NDArray[np.float64], i0: int, mode: int, k: int,
+    shift: NDArray[np.float64], fac_new: NDArray[np.float64], changed: bool, work: NDArray[np.float64],
+    row_only: bool, w_sum: float,
+) -> NDArray[np.float64]:
+    """New leaf values, shape (n_total,), with row ``i0`` deleted.
+
+    ``A0`` (n, K) are the original initial margins, ``shift`` (K,) the change of the base margin
+    and ``fac_new`` (2, G) the dataset and objective factors without the row (``changed``: they
+    differ from the original ones). A backtracking tree re-decides which steps it accepts on the
+    changed data.
+
+    ``row_only`` (see :func:`reads_one_row`): no leaf is summed anew, so only row ``i0``'s margins
+    are followed, in ``work`` (n, K; holding ``A0``; the caller restores row ``i0``), and the mean
+    weight comes from ``w_sum`` (the sum of ``rows.w``): O(leaves) per round instead of O(n).
+    """
+    n, K = A0.shape
+    A = work if row_only else A0.copy()
+    track = mode != NONE
+    delta = np.empty((n if track else 0, K))
+    delta[:, :] = shift
+    if row_only:  # no leaf is summed anew: the weights are read for row i0's share only
+        w_new = rows.w
+        mean_w = (w_sum - rows.w[i0] + rows.outside[0]) / (n + rows.outside[1] - 1)
+    else:
+        w_new = rows.w.copy()
+        if changed:
+            for j in range(n):
+                dj = rows.v[j] * fac_new[0, rows.grp[j]]
+                w_new[j] = (np.float64(np.float32(dj)) if rows.f32w else dj) * fac_new[1, rows.grp[j]]
+        w_new[i0] = 0.0
+        mean_w = (w_new.sum() + rows.outside[0]) / (n + rows.outside[1] - 1)
+    n_total = lay.leaf_off[-1]
+    out = np.empty(n_total)
+    u = np.zeros(n_total)
+    step = np.zeros(n_total)
+    sel = np.zeros(n_total, dtype=np.bool_)
+    most_leaves, _ = round_sizes(lay)
+    Gs = np.empty(most_leaves)
+    Hs = np.empty(most_leaves)
+    HXs = np.empty((most_leaves if joint is not None else 0, K))
+    d = np.empty(most_leaves)
+    dl = np.empty(most_leaves)
+    point_buf = np.empty(0 if row_only else n)
+    scratch = np.empty((4, max(K, loss.zsize)))
+    mrow = np.empty(K)
+    for r in range(lay.round_ptr.shape[0] - 1):
+        t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
+        every = track
+        for t in range(t0, t1):
+            if track:
+                chosen = sel[lay.leaf_off[t] : lay.leaf_off[t + 1]]
+                every = select_leaves(lay, t, mode, k, delta, chosen) and every
+        is_renewed = renewed is not None and renewed.renew[t0]
+        if renewed is not None and renewed.renew[t0]:  # quantiles of residuals, recomputed without the row
+            renewed_rule.refit_tree(lay, trees, rows.y, sums, renewed, t0, A, delta, sel, every, changed,
+                                    w_new, i0, out)
+        elif bt is not None and bt.backtrack[t0]:  # alone in its round: re-decided without the row
+            backtracking.refit_round(lay, trees, rows, loss, sums, bt, r, A, delta, u, step, w_new, sel,
+                                     every, changed, i0, mean_w, Gs, Hs, HXs, d, dl, point_buf, mrow, scratch)
+        elif joint is not None and joint.joint[t0]:  # one step for the round's trees together
+            joint_rule.refit_round(lay, trees, rows, loss, sums, joint, r, A, delta, u, w_new, sel, every,
+                                   changed, i0, mean_w, Gs, Hs, HXs, d, scratch)
+        else:
+            plain.refit_round(lay, trees, rows, loss, sums, r, A, delta, u, w_new, sel, every, changed, i0,
+                              mean_w, Gs, Hs, HXs, d, scratch)
+        for t in range(t0, t1):
+            for gl in range(lay.leaf_off[t], lay.leaf_off[t + 1]):
+                if not is_renewed:
+                    out[gl] = trees.lr[t] * u[gl]
+                u[gl] = 0.0
+        if track:
+            for t in range(t0, t1):
+                c = lay.out[t]
+                for j in range(n):
+                    gl = lay.leaf_off[t] + lay.leaf[t, j]
+                    delta[j, c] += out[gl] - sums.values[gl]
+        if row_only:
+            advance_row(lay, sums.stored, r, A, i0)
+        else:
+            add_round(lay, r, A, sums.stored, 1.0)
+    return out
+
+
+@_internal
+def reads_one_row(trees: Trees, renewed: Renewed | None, bt: Backtrack | None, mode: int) -> bool:
+    """Whether a deletion whose class factors stay unchanged re-sums no leaf, so that
+    :func:`refit_one` needs only the deleted row's margins: single_point (no other row's change
+    propagated) and every tree one step, neither renewed nor backtracking (whose later steps and
+    objectives read every row of a leaf)."""
+    if mode != NONE or renewed is not None or bt is not None:
+        return False
+    for t in range(trees.n_steps.shape[0]):
+        if trees.n_steps[t] != 1:
+            return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def refit_many(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, joint: Joint | None,
+    renewed: Renewed | None, bt: Backtrack | None, A0: NDArray[np.float64], idx: NDArray[np.int64], mode: int,
+    k: int, shift: NDArray[np.float64], fac_new: NDArray[np.float64], changed: NDArray[np.bool_],
+) -> NDArray[np.float64]:
+    """:func:`refit_one` for each of the rows ``idx`` (B,); ``shift`` (B, K), ``fac_new`` (B, 2, G),
+    ``changed`` (B,). Returns (B, n_total)."""
+    out = np.empty((idx.shape[0], lay.leaf_off[-1]))
+    one_row = reads_one_row(trees, renewed, bt, mode)
+    work = A0.copy() if one_row else np.empty((0, A0.shape[1]))
+    w_sum = rows.w.sum()
+    for b in range(idx.shape[0]):
+        fast = one_row and not changed[b]
+        out[b, :] = refit_one(lay, trees, rows, loss, sums, joint, renewed, bt, A0, idx[b], mode, k, shift[b],
+                              fac_new[b], changed[b], work, fast, w_sum)
+        if fast:
+            work[idx[b]] = A0[idx[b]]
+    return out

@@ -1,0 +1,513 @@
+"""The plain leaf rule (numba): Newton or gradient steps with L1, L2 and max_delta_step, one or
+several per tree, the trees of a round stepping together. Private to the engine.
+
+Its four passes:
+
+- replay (:func:`replay_round`): every leaf step's sums ``G = sum w g``, ``H = sum w h`` (or
+  ``sum w``), the step and its derivatives, cached per step-leaf slot;
+- reverse (:func:`reverse_round`): a round's adjoints, leaf level (:func:`leaf_adjoints`) then row
+  level (:func:`row_adjoints`, or from the replay's cached derivatives);
+- forward (:func:`add_row_share`, :func:`forward_steps`): the steps' derivatives in one row's
+  weight from the rows' margin derivatives;
+- refit (:func:`refit_round_sums`, :func:`refit_round_steps`): the sums and steps with one row
+  deleted, reusing the replay's sums where no row of a leaf changed.
+
+The backtracking and joint rules reuse parts of it (:mod:`.backtracking`, :mod:`.joint`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .. import _jit as numba
+from ..losses import derivs1, grad_hess, jvp, point, vjp, weighted
+from .common import (
+    add_hessian_row,
+    cache_slot,
+    clear_sums,
+    l2_term,
+    leaf_step,
+    per_row,
+    row_margin,
+    row_margin1,
+    step_point,
+)
+from .state import Cache, Joint, Layout, LossSpec, Rows, Sums, Trees
+
+_jit = numba.njit(cache=True, nogil=True)
+#: Functions only compiled code calls: no Python wrapper to compile (see ``_jit.njit``).
+_internal = numba.njit(cache=True, nogil=True, internal=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Replay
+
+
+@_internal
+def replay_sums(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, joint: Joint | None,
+    r: int, s: int, A: NDArray[np.float64], u: NDArray[np.float64], scratch: NDArray[np.float64],
+) -> None:
+    """Leaf sums of step ``s`` of round ``r``'s trees at in-tree moves ``u``, into slot ``s``.
+
+    Also the sums' derivatives in ``u`` for trees with several steps, per-group sums when class
+    factors move with the weights, and each row's derivatives in the cache where it has a slot.
+    ``scratch`` is (7, max(K, zsize))."""
+    n, K = A.shape
+    t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
+    mrow, z, g, h, unit, dg, dh = (scratch[0, :K], scratch[1, : loss.zsize], scratch[2, :K], scratch[3, :K],
+                                   scratch[4, :K], scratch[5, :K], scratch[6, :K])
+    unit[:] = 0.0
+    group_sums = sums.GV.shape[0] > 0
+    multi = trees.n_iter[t0] > 1
+    q = cache_slot(cache, lay.step_ptr[t0] + s) if K == 1 else -1
+    cached = q >= 0
+    for t in range(t0, t1):
+        clear_sums(sums, joint, lay.sl_off[lay.step_ptr[t] + s], lay.leaf_off[t + 1] - lay.leaf_off[t])
+    for j in range(n):
+        if K == 1:  # scalars only: no per-row array views or calls taking arrays
+            gg, hh, dg[0], dh[0] = derivs1(loss.code, loss.prm, rows.y[j, 0], row_margin1(lay, t0, t1, A, j,
+                                                                                          u))
+            g[0], h[0] = gg, max(hh, loss.prm[0])
+            if hh < loss.prm[0]:
+                dh[0] = 0.0
+            if cached:  # what the reverse sweep needs of this row at this step
+                cache.DER[q, j, 0] = g[0]
+                cache.DER[q, j, 1] = h[0]
+                cache.DER[q, j, 2] = rows.w[j] * dg[0]
+                cache.DER[q, j, 3] = rows.w[j] * dh[0]
+        else:
+            row_margin(lay, r, A, j, u, mrow)
+            point(loss.code, loss.prm, mrow, z)
+            grad_hess(loss.code, loss.prm, rows.y[j], z, g, h)
+        wj = rows.w[j]
+        for t in range(t0, t1):
+            c = lay.out[t]
+            sl = lay.sl_off[lay.step_ptr[t] + s] + lay.leaf[t, j]
+            wg, wh = weighted(loss.code, g[c], h[c], wj, rows.f32)
+            sums.G[sl] += wg
+            sums.H[sl] += wh if trees.newton[t] else wj
+            if group_sums:
+                sums.GV[sl, rows.grp[j]] += rows.v[j] * g[c]
+                sums.HV[sl, rows.grp[j]] += rows.v[j] * (h[c] if trees.newton[t] else 1.0)
+            if multi:  # d/du of the sums, for the steps after this one
+                if K > 1:
+                    unit[c] = 1.0
+                    jvp(loss.code, loss.prm, rows.y[j], z, unit, dg, dh)
+                    unit[c] = 0.0
+                sums.SDG[sl] += wj * dg[c]
+                sums.SDH[sl] += wj * dh[c]
+
+
+@_internal
+def replay_steps(
+    lay: Layout, trees: Trees, sums: Sums, r: int, s: int, mean_w: float, u: NDArray[np.float64],
+    d: NDArray[np.float64],
+) -> None:
+    """The leaf steps of slot ``s`` of round ``r`` into ``d`` (indexed by global leaf minus the
+    round's first), recording the step's derivatives and the moves ``u`` it starts from."""
+    rl0 = lay.leaf_off[lay.round_ptr[r]]
+    for t in range(lay.round_ptr[r], lay.round_ptr[r + 1]):
+        base = lay.leaf_off[t]
+        o = lay.sl_off[lay.step_ptr[t] + s]
+        for lj in range(lay.leaf_off[t + 1] - base):
+            lam = trees.l2[base + lj] + l2_term(trees, t, mean_w)
+            delta, rg, rd = leaf_step(sums.G[o + lj], sums.H[o + lj], lam, trees.l1[t], trees.mds[t])
+            d[base + lj - rl0] = delta
+            sums.RG[o + lj] = rg
+            sums.RD[o + lj] = rd
+            sums.u_before[o + lj] = u[base + lj]
+
+
+@_internal
+def replay_round(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, joint: Joint | None,
+    r: int, A: NDArray[np.float64], mean_w: float, u: NDArray[np.float64], d: NDArray[np.float64],
+    scratch: NDArray[np.float64],
+) -> None:
+    """Round ``r``'s steps (the trees of a round take one step each in turn), accumulated into the
+    in-tree moves ``u`` at the recorded scales."""
+    t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
+    rl0 = lay.leaf_off[t0]
+    for s in range(trees.n_steps[t0]):
+        replay_sums(lay, trees, rows, loss, sums, cache, joint, r, s, A, u, scratch)
+        replay_steps(lay, trees, sums, r, s, mean_w, u, d)
+        for t in range(t0, t1):
+            for gl in range(lay.leaf_off[t], lay.leaf_off[t + 1]):
+                u[gl] += trees.scales[t, s] * d[gl - rl0]
+
+
+# ----------------------------------------------------------------------------------------------
+# Reverse
+
+
+@numba.njit(cache=True, nogil=True)
+def gather_adjoints(lay: Layout, r: int, a_bar: NDArray[np.float64], u_bar: NDArray[np.float64]) -> None:
+    """Add each row's margin adjoint ``a_bar`` (B, n, K) to its leaf in round ``r``'s trees:
+    ``u_bar[b, l - first leaf of the round] += sum_{j in l} a_bar[b, j, out[t]]``."""
+    rl0 = lay.leaf_off[lay.round_ptr[r]]
+    for t in range(lay.round_ptr[r], lay.round_ptr[r + 1]):
+        c = lay.out[t]
+        base = lay.leaf_off[t] - rl0
+        for b in range(u_bar.shape[0]):  # objective outer: a_bar[b] is read in order
+            for j in range(a_bar.shape[1]):
+                u_bar[b, base + lay.leaf[t, j]] += a_bar[b, j, c]
+
+
+@numba.njit(cache=True, nogil=True)
+def leaf_adjoints(
+    lay: Layout, trees: Trees, sums: Sums, r: int, n: int, u_bar: NDArray[np.float64], g_bar:
+    NDArray[np.float64],
+    d_bar: NDArray[np.float64], big_w_bar: NDArray[np.float64], renewed_round: bool,
+) -> None:
+    """Round ``r``'s leaf-level backward step (no rows): from ``u_bar`` (B, leaves of the round),
+    d objective / d leaf value (in place: times the learning rate, then through the steps, last to
+    first), the adjoints of each step's leaf sums, ``g_bar`` (of G) and ``d_bar`` (of H + lam),
+    (B, step-leaf slots of the round); ``big_w_bar`` (B,) gains the l2 term's share (``n`` rows).
+    A renewed round's leaves take no step (``renewed_round``)."""
+    B = u_bar.shape[0]
+    t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
+    rl0 = lay.leaf_off[t0]
+    rs0 = lay.sl_off[lay.step_ptr[t0]]
+    for t in range(t0, t1):
+        for gl in range(lay.leaf_off[t] - rl0, lay.leaf_off[t + 1] - rl0):
+            for b in range(B):
+                u_bar[b, gl] *= trees.lr[t]
+        if renewed_round:
+            continue
+        for s in range(trees.n_steps[t] - 1, -1, -1):
+            o = lay.sl_off[lay.step_ptr[t] + s]
+            for lj in range(lay.leaf_off[t + 1] - lay.leaf_off[t]):
+                gl = lay.leaf_off[t] + lj - rl0
+                for b in range(B):
+                    db = trees.scales[t, s] * u_bar[b, gl]
+                    gb = db * sums.RG[o + lj]
+                    dd = db * sums.RD[o + lj]
+                    g_bar[b, o + lj - rs0] = gb
+                    d_bar[b, o + lj - rs0] = dd
+                    u_bar[b, gl] += gb * sums.SDG[o + lj]
+                    if trees.newton[t]:
+                        u_bar[b, gl] += dd * sums.SDH[o + lj]
+                    big_w_bar[b] += dd * trees.l2m[t] / n
+
+
+@numba.njit(cache=True, nogil=True)
+def row_adjoints(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, u_before: NDArray[np.float64], r: int, s: int,
+    A: NDArray[np.float64], g_bar: NDArray[np.float64], d_bar: NDArray[np.float64], a_bar:
+    NDArray[np.float64],
+    w_bar: NDArray[np.float64],
+) -> None:
+    """Step ``s`` of round ``r`` for every row of ``A`` (its margins entering the round, (n, K)):
+    add to ``w_bar`` (B, n) the adjoint of the row's weight through its leaf sums and to ``a_bar``
+    (B, n, K) that of its margins, from the step's sum adjoints ``g_bar``, ``d_bar`` (as
+    :func:`leaf_adjoints` leaves them)."""
+    B = g_bar.shape[0]
+    n, K = A.shape
+    t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
+    rs0 = lay.sl_off[lay.step_ptr[t0]]
+    if K == 1:
+        _row_adjoints1(lay, trees, rows, loss, u_before, t0, t1, s, rs0, A, g_bar, d_bar, a_bar, w_bar)
+        return
+    z = np.empty(loss.zsize)
+    g = np.empty(K)
+    h = np.empty(K)
+    mrow = np.empty(K)
+    beta = np.empty(K)
+    gamma = np.empty(K)
+    vec = np.empty(K)
+    for j in range(n):
+        wj = rows.w[j]
+        step_point(lay, loss, u_before, r, s, A, j, mrow, z)
+        grad_hess(loss.code, loss.prm, rows.y[j], z, g, h)
+        for b in range(B):
+            beta[:] = 0.0
+            gamma[:] = 0.0
+            acc = 0.0
+            for t in range(t0, t1):
+                c = lay.out[t]
+                k = lay.sl_off[lay.step_ptr[t] + s] + lay.leaf[t, j] - rs0
+                gb = g_bar[b, k]
+                dd = d_bar[b, k]
+                beta[c] += wj * gb
+                if trees.newton[t]:
+                    gamma[c] += wj * dd
+                    acc += gb * g[c] + dd * h[c]
+                else:
+                    acc += gb * g[c] + dd
+            w_bar[b, j] += acc
+            vjp(loss.code, loss.prm, rows.y[j], z, beta, gamma, vec)
+            for c in range(K):
+                a_bar[b, j, c] += vec[c]
+
+
+@_internal
+def _row_adjoints1(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, u_before: NDArray[np.float64], t0: int, t1: int,
+    s: int, rs0: int, A: NDArray[np.float64], g_bar: NDArray[np.float64], d_bar: NDArray[np.float64],
+    a_bar: NDArray[np.float64], w_bar: NDArray[np.float64],
+) -> None:
+    """:func:`row_adjoints` of a one-output model (trees ``t0 .. t1 - 1`` of the round), with the
+    loss derivatives as scalars: the rows' derivatives are computed once (as the replay caches
+    them), then :func:`cached_row_adjoints1` runs."""
+    n = A.shape[0]
+    floor = loss.prm[0]
+    der = np.empty((n, 4))  # g, h, w dg/dm, w dh/dm of each row
+    for j in range(n):
+        m = A[j, 0]
+        for t in range(t0, t1):
+            m += u_before[lay.sl_off[lay.step_ptr[t] + s] + lay.leaf[t, j]]
+        g, h, dg, dh = derivs1(loss.code, loss.prm, rows.y[j, 0], m)
+        if h < floor:  # the booster's floored hessian is constant in the margin
+            h, dh = floor, 0.0
+        der[j, 0], der[j, 1], der[j, 2], der[j, 3] = g, h, rows.w[j] * dg, rows.w[j] * dh
+    cached_row_adjoints1(lay, trees, t0, t1, s, rs0, der, g_bar, d_bar, a_bar, w_bar)
+
+
+@_internal
+def cached_row_adjoints1(
+    lay: Layout, trees: Trees, t0: int, t1: int, s: int, rs0: int, der: NDArray[np.float64],
+    g_bar: NDArray[np.float64], d_bar: NDArray[np.float64], a_bar: NDArray[np.float64], w_bar:
+    NDArray[np.float64],
+) -> None:
+    """:func:`row_adjoints` of a one-output model from the rows' derivatives at the step, ``der``
+    (n, 4): g, h (floored), w dg/dm, w dh/dm. Each objective runs over the rows in order (its rows
+    of ``w_bar`` and ``a_bar`` are contiguous; objective-inner order strides by n)."""
+    n = der.shape[0]
+    first = np.empty(t1 - t0, dtype=np.int64)  # each tree's first slot of the step, in g_bar
+    newton = np.empty(t1 - t0, dtype=np.bool_)
+    for t in range(t0, t1):
+        first[t - t0] = lay.sl_off[lay.step_ptr[t] + s] - rs0
+        newton[t - t0] = trees.newton[t]
+    leaf = lay.leaf
+    for b in range(g_bar.shape[0]):
+        for j in range(n):
+            beta = 0.0
+            gamma = 0.0
+            acc = 0.0
+            for q in range(t1 - t0):
+                k = first[q] + leaf[t0 + q, j]
+                gb = g_bar[b, k]
+                dd = d_bar[b, k]
+                beta += gb
+                if newton[q]:
+                    gamma += dd
+                    acc += gb * der[j, 0] + dd * der[j, 1]
+                else:
+                    acc += gb * der[j, 0] + dd
+            w_bar[b, j] += acc
+            a_bar[b, j, 0] += beta * der[j, 2] + gamma * der[j, 3]
+
+
+@_internal
+def reverse_round(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, r: int,
+    A: NDArray[np.float64], g_bar: NDArray[np.float64], d_bar: NDArray[np.float64], a_bar:
+    NDArray[np.float64],
+    w_bar: NDArray[np.float64],
+) -> None:
+    """The row level of round ``r`` in reverse, step by step: from the replay's cached derivatives
+    where it kept them, else at the margins ``A`` entering the round."""
+    t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
+    for s in range(trees.n_steps[t0]):
+        q = cache.der_slot[lay.step_ptr[t0] + s]
+        if q >= 0:  # the replay's derivatives of this step
+            cached_row_adjoints1(lay, trees, t0, t1, s, lay.sl_off[lay.step_ptr[t0]], cache.DER[q], g_bar,
+                                 d_bar, a_bar, w_bar)
+        else:
+            row_adjoints(lay, trees, rows, loss, sums.u_before, r, s, A, g_bar, d_bar, a_bar, w_bar)
+
+
+# ----------------------------------------------------------------------------------------------
+# Forward
+
+
+@per_row  # called per row: a call would cost the reference counts of every array it is given
+def add_row_share(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, u_before: NDArray[np.float64], r: int, s: int,
+    A: NDArray[np.float64], j: int, J: NDArray[np.float64], only: int, dG: NDArray[np.float64],
+    dD: NDArray[np.float64], scratch: NDArray[np.float64],
+) -> None:
+    """Add row ``j``'s share ``w_j (dg/dm . J_j, dh/dm . J_j)`` to the leaf derivatives of the
+    round's trees (only tree ``only`` if >= 0). ``dG``, ``dD`` are indexed by global leaf minus
+    the round's first leaf; ``scratch`` is (4, max(K, zsize))."""
+    K = A.shape[1]
+    rl0 = lay.leaf_off[lay.round_ptr[r]]
+    if K == 1:  # scalars: no per-row calls taking arrays
+        m = A[j, 0]
+        for t in range(lay.round_ptr[r], lay.round_ptr[r + 1]):
+            m += u_before[lay.sl_off[lay.step_ptr[t] + s] + lay.leaf[t, j]]
+        _, hh, d2g, d2h = derivs1(loss.code, loss.prm, rows.y[j, 0], m)
+        dg1 = d2g * J[0]
+        dh1 = d2h * J[0] if hh >= loss.prm[0] else 0.0
+        for t in range(lay.round_ptr[r], lay.round_ptr[r + 1]):
+            if only < 0 or t == only:
+                x = lay.leaf_off[t] + lay.leaf[t, j] - rl0
+                dG[x] += rows.w[j] * dg1
+                if trees.newton[t]:
+                    dD[x] += rows.w[j] * dh1
+        return
+    mrow, z, dg, dh = scratch[0, :K], scratch[1, : loss.zsize], scratch[2, :K], scratch[3, :K]
+    step_point(lay, loss, u_before, r, s, A, j, mrow, z)
+    jvp(loss.code, loss.prm, rows.y[j], z, J, dg, dh)
+    for t in range(lay.round_ptr[r], lay.round_ptr[r + 1]):
+        if only < 0 or t == only:
+            c = lay.out[t]
+            x = lay.leaf_off[t] + lay.leaf[t, j] - rl0
+            dG[x] += rows.w[j] * dg[c]
+            if trees.newton[t]:
+                dD[x] += rows.w[j] * dh[c]
+
+
+@_internal
+def forward_steps(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, r: int, s: int, A: NDArray[np.float64],
+    i0: int, s_i0: float, d_fac: NDArray[np.float64], d_sumw: float, n_all: float, dG: NDArray[np.float64],
+    dD: NDArray[np.float64], du: NDArray[np.float64], scratch: NDArray[np.float64],
+) -> None:
+    """Step ``s``'s derivatives of round ``r``'s leaves into ``du`` (global leaves): from the
+    propagated sums ``dG``, ``dD``, the in-tree moves' derivatives ``du`` so far, row ``i0``'s own
+    weight (``s_i0`` = its d w / d v), the group factors (``d_fac`` (G,)) and the l2 term (``d_sumw``
+    = d (sum of weights) / d v over ``n_all`` rows)."""
+    K = A.shape[1]
+    t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
+    rl0 = lay.leaf_off[t0]
+    group_terms = sums.GV.shape[0] > 0
+    mrow, z, g, h = scratch[0, :K], scratch[1, : loss.zsize], scratch[2, :K], scratch[3, :K]
+    step_point(lay, loss, sums.u_before, r, s, A, i0, mrow, z)
+    grad_hess(loss.code, loss.prm, rows.y[i0], z, g, h)
+    for t in range(t0, t1):
+        c = lay.out[t]
+        o = lay.sl_off[lay.step_ptr[t] + s]
+        li0 = lay.leaf[t, i0]
+        for lj in range(lay.leaf_off[t + 1] - lay.leaf_off[t]):
+            gl = lay.leaf_off[t] + lj
+            dg_l = dG[gl - rl0] + du[gl] * sums.SDG[o + lj]
+            dd_l = dD[gl - rl0] + du[gl] * sums.SDH[o + lj] if trees.newton[t] else 0.0
+            if lj == li0:
+                dg_l += s_i0 * g[c]
+                dd_l += s_i0 * (h[c] if trees.newton[t] else 1.0)
+            if group_terms:
+                for q in range(d_fac.shape[0]):
+                    dg_l += d_fac[q] * sums.GV[o + lj, q]
+                    dd_l += d_fac[q] * sums.HV[o + lj, q]
+            dd_l += trees.l2m[t] * d_sumw / n_all
+            du[gl] += trees.scales[t, s] * (sums.RG[o + lj] * dg_l + sums.RD[o + lj] * dd_l)
+
+
+# ----------------------------------------------------------------------------------------------
+# Refit
+
+
+@per_row
+def _margin(
+    lay: Layout, t: int, A: NDArray[np.float64], delta: NDArray[np.float64], moved: bool, j: int,
+    u: NDArray[np.float64], mrow: NDArray[np.float64],
+) -> None:
+    """Row ``j``'s margins for tree ``t`` in the refit: original ``A[j]``, plus its propagated
+    change ``delta[j]`` if ``moved``, plus the tree's in-tree move ``u``."""
+    mrow[:] = A[j]
+    if moved:
+        for c in range(mrow.shape[0]):
+            mrow[c] += delta[j, c]
+    mrow[lay.out[t]] += u[lay.leaf_off[t] + lay.leaf[t, j]]
+
+
+@_internal
+def refit_round_sums(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, joint: Joint | None, r: int, a: int,
+    A: NDArray[np.float64], delta: NDArray[np.float64], u: NDArray[np.float64], w_new: NDArray[np.float64],
+    sel: NDArray[np.bool_], every: bool, changed: bool, i0: int, Gs: NDArray[np.float64],
+    Hs: NDArray[np.float64], HXs: NDArray[np.float64], scratch: NDArray[np.float64],
+) -> None:
+    """Leaf sums of round ``r`` at in-tree moves ``u`` (its ``a``-th step), row ``i0`` deleted
+    (-1: a row this state does not hold); a joint round also sums its full hessian rows into
+    ``HXs`` (leaves, K).
+
+    A leaf whose rows all keep their original margins and weights, at the original replay's
+    ``a``-th step, reuses the cached sums minus row ``i0``'s share; the others are summed anew.
+    """
+    K = A.shape[1]
+    t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
+    rl0 = lay.leaf_off[t0]
+    mrow, z, g, h = scratch[0, :K], scratch[1, : loss.zsize], scratch[2, :K], scratch[3, :K]
+    track = delta.shape[0] > 0
+    is_joint = joint is not None and joint.joint[t0]
+    for t in range(t0, t1):
+        c = lay.out[t]
+        for gl in range(lay.leaf_off[t], lay.leaf_off[t + 1]):
+            lj = gl - lay.leaf_off[t]
+            sl = lay.sl_off[lay.step_ptr[t] + a] + lj if a < trees.n_steps[t] else -1
+            clean = not (every or changed or sel[gl]) and sl >= 0 and u[gl] == sums.u_before[sl]
+            Gs[gl - rl0] = 0.0
+            Hs[gl - rl0] = 0.0
+            if is_joint:
+                HXs[gl - rl0] = 0.0
+            if clean:
+                Gs[gl - rl0] = sums.G[sl]
+                Hs[gl - rl0] = sums.H[sl]
+                if joint is not None and is_joint:
+                    HXs[gl - rl0] = joint.HX[sl]
+                if i0 >= 0 and lj == lay.leaf[t, i0]:  # the cached sums without row i0's share
+                    step_point(lay, loss, sums.u_before, r, a, A, i0, mrow, z)
+                    grad_hess(loss.code, loss.prm, rows.y[i0], z, g, h)
+                    wg, wh = weighted(loss.code, g[c], h[c], rows.w[i0], rows.f32)
+                    Gs[gl - rl0] -= wg
+                    Hs[gl - rl0] -= wh if trees.newton[t] else rows.w[i0]
+                    if is_joint:
+                        add_hessian_row(z, c, -rows.w[i0], HXs[gl - rl0])
+                continue
+            first = lay.leaf_first[gl]
+            moved = track and (every or sel[gl])
+            for q in range(first, first + lay.leaf_count[gl]):
+                j = lay.rows_by_leaf[t, q]
+                if j == i0:
+                    continue
+                if K == 1:  # scalars, no per-row calls taking arrays
+                    m = A[j, 0] + delta[j, 0] if moved else A[j, 0]
+                    gg, hh, _, _ = derivs1(loss.code, loss.prm, rows.y[j, 0], m + u[gl])
+                    wg, wh = weighted(loss.code, gg, max(hh, loss.prm[0]), w_new[j], rows.f32)
+                else:
+                    _margin(lay, t, A, delta, moved, j, u, mrow)
+                    point(loss.code, loss.prm, mrow, z)
+                    grad_hess(loss.code, loss.prm, rows.y[j], z, g, h)
+                    wg, wh = weighted(loss.code, g[c], h[c], w_new[j], rows.f32)
+                    if is_joint:
+                        add_hessian_row(z, c, w_new[j], HXs[gl - rl0])
+                Gs[gl - rl0] += wg
+                Hs[gl - rl0] += wh if trees.newton[t] else w_new[j]
+
+
+@numba.njit(cache=True, nogil=True)
+def refit_round_steps(
+    lay: Layout, trees: Trees, r: int, Gs: NDArray[np.float64], Hs: NDArray[np.float64], mean_w: float,
+    d: NDArray[np.float64],
+) -> None:
+    """The leaf steps ``d`` (indexed like ``Gs``) of round ``r`` from its leaf sums."""
+    rl0 = lay.leaf_off[lay.round_ptr[r]]
+    for t in range(lay.round_ptr[r], lay.round_ptr[r + 1]):
+        for gl in range(lay.leaf_off[t], lay.leaf_off[t + 1]):
+            lam = trees.l2[gl] + l2_term(trees, t, mean_w)
+            d[gl - rl0] = leaf_step(Gs[gl - rl0], Hs[gl - rl0], lam, trees.l1[t], trees.mds[t])[0]
+
+
+@_internal
+def refit_round(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, r: int, A: NDArray[np.float64],
+    delta: NDArray[np.float64], u: NDArray[np.float64], w_new: NDArray[np.float64], sel: NDArray[np.bool_],
+    every: bool, changed: bool, i0: int, mean_w: float, Gs: NDArray[np.float64], Hs: NDArray[np.float64],
+    HXs: NDArray[np.float64], d: NDArray[np.float64], scratch: NDArray[np.float64],
+) -> None:
+    """Round ``r``'s steps with row ``i0`` deleted, accumulated into the in-tree moves ``u``
+    (``HXs``: an empty (0, K) array, the joint rule's sums :func:`refit_round_sums` takes)."""
+    t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
+    rl0 = lay.leaf_off[t0]
+    for s in range(trees.n_steps[t0]):
+        refit_round_sums(lay, trees, rows, loss, sums, None, r, s, A, delta, u, w_new, sel, every, changed,
+                         i0, Gs, Hs, HXs, scratch)
+        refit_round_steps(lay, trees, r, Gs, Hs, mean_w, d)
+        for t in range(t0, t1):
+            for gl in range(lay.leaf_off[t], lay.leaf_off[t + 1]):
+                u[gl] += trees.scales[t, s] * d[gl - rl0]
+
