@@ -1,4 +1,4 @@
-"""Developer sessions: ``nox -s tests lint typecheck bench validation paper label_noise docs``."""
+"""Developer sessions: ``nox -s tests lint typecheck bench coldstart validation paper label_noise docs``."""
 
 from __future__ import annotations
 
@@ -37,6 +37,14 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/engine.py")
     session.run("python", "benchmarks/speed.py", *session.posargs)
     session.run("python", "benchmarks/peers.py")
+
+
+@nox.session
+def coldstart(session: nox.Session) -> None:
+    """First use in a fresh process with an empty kernel cache, with and without the precompiled
+    kernels: installs the package as a wheel (which compiles them, ~1 min on 2 cores) (~3 min)."""
+    session.install(".[all]")
+    session.run("python", "benchmarks/coldstart.py", *session.posargs)
 
 
 @nox.session

@@ -193,6 +193,7 @@ class _Locator(_caching._CacheLocator):
 
     def __init__(self, py_func: Any, py_file: str) -> None:
         self._lineno = py_func.__code__.co_firstlineno
+        self._py_file = py_file  # numba names it in its warning about an uncachable kernel
 
     def get_cache_path(self) -> str:
         return CACHE_DIR or ""
@@ -248,17 +249,21 @@ def njit(*args: Any, **options: Any) -> Any:
 
     ``internal=True`` marks a function only compiled code calls: numba then builds no Python (nor C)
     wrapper for it, which a function taking the state's groups costs compile time for (unboxing
-    every array of every group), and Python cannot call it."""
+    every array of every group), and Python cannot call it (it raises TypeError; numba's own
+    dispatcher would jump to the missing wrapper and crash the process)."""
     if args and callable(args[0]):
         return njit(**options)(args[0])
     cache = bool(options.pop("cache", False))
-    if options.pop("internal", False):
+    internal = bool(options.pop("internal", False))
+    if internal:
         options.update(no_cpython_wrapper=True, no_cfunc_wrapper=True)
 
     def decorate(func: Callable[..., Any]) -> Any:
         dispatcher = _numba.njit(**options)(func)
         if cache and (CACHE_DIR is not None or SHIPPED_DIR is not None):
             dispatcher._cache = KernelCache(dispatcher.py_func)
+        if internal:
+            _refuse_python_calls(dispatcher)
         _compile_unliteral(dispatcher)
         KERNELS.append(dispatcher)
         return dispatcher
@@ -290,6 +295,23 @@ class _CompileNotice(_event.Listener):
 
 
 _event.register("numba:compile", _CompileNotice())
+
+
+def _refuse_python_calls(dispatcher: Any) -> None:
+    """Make a call of the wrapper-less ``dispatcher`` from Python raise TypeError.
+
+    numba's C dispatcher calls the Python wrapper of the overload that matches the arguments; an
+    internal kernel has none (a null function pointer). Its overloads are therefore kept out of
+    that table (compiled code finds them through ``overloads``), so every Python call takes the
+    path that compiles, which raises."""
+    name = f"{dispatcher.py_func.__module__}.{dispatcher.py_func.__qualname__}"
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise TypeError(f"{name} is compiled for the package's other kernels only and cannot be "
+                        "called from Python.")
+
+    dispatcher._insert = lambda *args, **kwargs: None
+    dispatcher._compile_for_args = refuse
 
 
 def _compile_unliteral(dispatcher: Any) -> None:

@@ -18,7 +18,8 @@ import pytest
 from influence_gbdt.engine import fastobj as F
 
 pytestmark = [pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning"),
-              pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")]
+              pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),
+              pytest.mark.calls_kernels]  # the kernels with the tests' own argument types
 
 MANT = np.uint64((1 << 52) - 1)
 CODES = {"Logloss": F.CB_LOGLOSS, "CrossEntropy": F.CB_CROSS_ENTROPY, "Poisson": F.CB_POISSON}

@@ -10,6 +10,11 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
+import pytest
+
+from influence_gbdt import losses
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Imports the package, records where it caches, and compiles and runs one small kernel.
@@ -38,10 +43,10 @@ def _files(directory: Path) -> set[Path]:
     return {p for p in directory.rglob("*")}
 
 
-def _run(site: Path, env: dict[str, str]) -> list[str]:
+def _run(site: Path, env: dict[str, str], probe: str = _PROBE) -> list[str]:
     base = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "XDG_CACHE_HOME")}
     out = subprocess.run(
-        [sys.executable, "-c", _PROBE], capture_output=True, text=True, cwd=site.parent,
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=site.parent,
         env={**base, "PYTHONPATH": str(site), "PYTHONDONTWRITEBYTECODE": "1", **env},
     )
     assert out.returncode == 0, out.stderr
@@ -141,3 +146,68 @@ def test_one_explainer_scored_from_two_threads() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "tests"), "NUMBA_THREADING_LAYER": "workqueue"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+# Counts the package's kernels this process compiles while it runs the probe.
+_COUNTING_PROBE = textwrap.dedent(
+    """
+    import numba.core.event as event
+    compiled = []
+
+    class Count(event.Listener):
+        def on_start(self, e):
+            compiled.append(e.data["dispatcher"].py_func.__module__)
+
+        def on_end(self, e):
+            pass
+
+    event.register("numba:compile", Count())
+    """
+) + _PROBE + "print(sum(m.startswith('influence_gbdt') for m in compiled))\n"
+
+
+def test_precompiled_kernels_are_read_relocated_read_only_and_compile_nothing(tmp_path: Path) -> None:
+    # What a wheel build does (setup.py), on one small piece of the workload: compile for the
+    # portable CPU in fresh caches and merge them into the package's _kernels directory.
+    site = _installed_copy(tmp_path / "build")
+    shipped = site / "influence_gbdt" / "_kernels"
+    base = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    ship = ["--ship", str(shipped), "--only", "losses"]
+    subprocess.run([sys.executable, "-m", "influence_gbdt._warmup", *ship],
+                   env={**base, "PYTHONPATH": str(site), "NUMBA_CPU_NAME": "generic"}, cwd=tmp_path,
+                   check=True, capture_output=True)
+    (key,) = [p.name for p in shipped.iterdir()]
+    assert (shipped / key / "manifest.json").is_file()
+    # Installed elsewhere (relocated) and read-only, with an empty cache that stays empty.
+    site = site.rename(tmp_path / "elsewhere")
+    for path in [site, *site.rglob("*")]:
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    cache = tmp_path / "cache"
+    try:
+        lines = _run(site, {"NUMBA_CACHE_DIR": str(cache)}, _COUNTING_PROBE)
+        assert lines[1] == "[0.6931, 0.6931, 0.6931]" and lines[2] == "0"  # nothing compiled
+        assert not any(p.suffix == ".nbi" for p in cache.rglob("*"))  # nor cached
+        # Ignored on request: the same kernels compile (into the cache).
+        lines = _run(site, {"NUMBA_CACHE_DIR": str(cache),
+                             "INFLUENCE_GBDT_PRECOMPILED": "0"}, _COUNTING_PROBE)
+        assert lines[1] == "[0.6931, 0.6931, 0.6931]" and int(lines[2]) > 0
+    finally:
+        for path in [site, *site.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    # Other sources (an edited module: another digest) never run the shipped kernels.
+    losses = site / "influence_gbdt" / "losses.py"
+    losses.write_text(losses.read_text() + "\n# changed\n")
+    lines = _run(site, {"NUMBA_CACHE_DIR": str(tmp_path / "cache2")}, _COUNTING_PROBE)
+    assert int(lines[2]) > 0
+
+
+def test_a_kernel_for_kernels_only_refuses_a_call_from_python() -> None:
+    # Compiled without a Python wrapper (internal=True), numba's dispatcher would jump to a null
+    # function pointer and crash the process; it must raise instead, before and after a kernel
+    # has compiled it.
+    z = np.empty(2)
+    with pytest.raises(TypeError, match="compiled for the package's other kernels only"):
+        losses.point(losses.LOGLOSS, np.array([1e-16, 1.0]), np.zeros(1), z)
+    losses.Loss("logloss").values(np.zeros(3), np.zeros(3))  # a kernel calls point
+    with pytest.raises(TypeError, match="cannot be called from Python"):
+        losses.point(losses.LOGLOSS, np.array([1e-16, 1.0]), np.zeros(1), z)

@@ -11,6 +11,7 @@ O(1e-16 / 1e-5 = 1e-11), so 1e-6 relative leaves a wide margin while catching an
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -68,6 +69,7 @@ def _away_from_kinks(name: str, params: dict, y: np.ndarray, m: np.ndarray, h: f
     return np.ones(m.shape[0], bool)
 
 
+@pytest.mark.calls_kernels  # the row primitives through _row_derivatives
 @pytest.mark.parametrize(("name", "params", "K", "exact_hessian"), CASES, ids=IDS)
 def test_derivatives_against_finite_differences(name: str, params: dict, K: int, exact_hessian: bool) -> None:
     rng = np.random.default_rng(0)
@@ -89,25 +91,36 @@ def test_derivatives_against_finite_differences(name: str, params: dict, K: int,
     g_up, h_up = loss.grad_hess(y, m + h * dm)
     g_dn, h_dn = loss.grad_hess(y, m - h * dm)
     fd_dg, fd_dh = (g_up - g_dn) / (2 * h), (h_up - h_dn) / (2 * h)
-    prm, size = loss.prm, loss.state_size
-    labels = loss.as_labels(y)
-    z = np.empty(size)
-    dg, dh, out = np.empty(K), np.empty(K), np.empty(K)
     beta, gamma = rng.normal(size=K), rng.normal(size=K)
-    for j in np.flatnonzero(keep):
-        L.point(loss.code, prm, m[j], z)
-        L.jvp(loss.code, prm, labels[j], z, dm[j], dg, dh)
-        np.testing.assert_allclose(dg, fd_dg[j], rtol=1e-6, atol=1e-8)
-        np.testing.assert_allclose(dh, fd_dh[j], rtol=1e-6, atol=1e-8)
-        L.vjp(loss.code, prm, labels[j], z, beta, gamma, out)
-        assert np.dot(out, dm[j]) == pytest.approx(np.dot(beta, dg) + np.dot(gamma, dh), rel=1e-10, abs=1e-12)
-        if exact_hessian:
-            unit = np.zeros(K)
-            for c in range(K):
-                unit[:] = 0.0
-                unit[c] = 1.0
-                L.jvp(loss.code, prm, labels[j], z, unit, dg, dh)
-                assert hess[j, c] == pytest.approx(dg[c], rel=1e-12, abs=1e-15)
+    dg, dh, out, hess_cols = _row_derivatives(loss.code, loss.prm, loss.as_labels(y), m, dm, beta, gamma,
+                                              loss.state_size)
+    np.testing.assert_allclose(dg[keep], fd_dg[keep], rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(dh[keep], fd_dh[keep], rtol=1e-6, atol=1e-8)
+    # vjp is jvp's adjoint: out . dm = beta . dg + gamma . dh, row by row.
+    np.testing.assert_allclose(np.einsum("ij,ij->i", out, dm)[keep], (dg @ beta + dh @ gamma)[keep],
+                               rtol=1e-10, atol=1e-12)
+    if exact_hessian:  # jvp along unit vectors gives the hessian's diagonal exactly
+        np.testing.assert_allclose(hess[keep], np.einsum("icc->ic", hess_cols)[keep], rtol=1e-12, atol=1e-15)
+
+
+@numba.njit
+def _row_derivatives(code, prm, labels, m, dm, beta, gamma, size):
+    """Each row's jvp along ``dm``, vjp of ``beta``, ``gamma``, and jvp along every unit vector,
+    as the engine's kernels call the row primitives (they are compiled for kernels only)."""
+    n, K = m.shape
+    z = np.empty(size)
+    dg, dh, out = np.empty((n, K)), np.empty((n, K)), np.empty((n, K))
+    cols, scratch = np.empty((n, K, K)), np.empty(K)
+    unit = np.zeros(K)
+    for j in range(n):
+        L.point(code, prm, m[j], z)
+        L.jvp(code, prm, labels[j], z, dm[j], dg[j], dh[j])
+        L.vjp(code, prm, labels[j], z, beta, gamma, out[j])
+        for c in range(K):
+            unit[:] = 0.0
+            unit[c] = 1.0
+            L.jvp(code, prm, labels[j], z, unit, cols[j, c], scratch)
+    return dg, dh, out, cols
 
 
 @pytest.mark.parametrize(("name", "params", "K", "exact_hessian"),

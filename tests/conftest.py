@@ -1,0 +1,88 @@
+"""The suite compiles nothing that the precompiled kernels of a wheel would lack.
+
+A wheel carries the kernels that :mod:`influence_gbdt._warmup` compiles; a kernel signature that
+the package uses and the workload does not reach is compiled at a user's first use (seconds to a
+minute). When the whole suite runs (``pytest`` with no test file named), the workload runs first;
+every signature of the package's kernels that appears after it (compiled, or read from a cache an
+earlier run left) is a signature the workload misses, and fails the run with the kernels named. The
+suite's models are the models users have (every library's defaults, string labels, pandas inputs,
+early stopping), so what they reach is what a user's first use reaches.
+
+Tests that call a kernel directly, as no user does (the bit-for-bit tests of CatBoost's objective,
+the losses' row primitives against finite differences), are marked ``calls_kernels``: the
+signatures that appear while they run are not counted.
+
+``INFLUENCE_GBDT_CHECK_COMPILES=0`` turns the check off; ``=1`` turns it on for any selection.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_CHECK: dict[str, Any] = {}
+
+
+def _signatures() -> set[tuple[str, str]]:
+    """(module.function, signature) of every overload the package's kernels hold in this process."""
+    from influence_gbdt import _jit
+
+    return {(f"{k.py_func.__module__}.{k.py_func.__qualname__}", str(sig))
+            for k in _jit.KERNELS for sig in k.overloads}
+
+
+def _whole_suite(config: pytest.Config) -> bool:
+    setting = os.environ.get("INFLUENCE_GBDT_CHECK_COMPILES")
+    if setting is not None:
+        return setting != "0"
+    return all("::" not in arg and Path(arg).is_dir() for arg in config.args)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if not session.items or not _whole_suite(session.config):
+        return
+    from influence_gbdt import _warmup
+
+    start = time.perf_counter()
+    _warmup.run()
+    _CHECK["seen"] = _signatures()
+    _CHECK["seconds"] = time.perf_counter() - start
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    exempt = "seen" in _CHECK and item.get_closest_marker("calls_kernels") is not None
+    before = _signatures() if exempt else set()
+    yield
+    if exempt:
+        _CHECK["seen"] |= _signatures() - before
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "calls_kernels: the test calls the package's kernels directly "
+                                       "(tests/conftest.py does not count the signatures it compiles)")
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if "seen" not in _CHECK:
+        return
+    missed = sorted(_signatures() - _CHECK["seen"])
+    terminalreporter.write_line(
+        f"kernel warmup (the wheel's precompiled set) ran in {_CHECK['seconds']:.1f} s; "
+        f"signatures the suite used beyond it: {len(missed)}")
+    if missed:
+        terminalreporter.write_line(
+            "these kernel signatures are used by the tests but not compiled by "
+            "influence_gbdt/_warmup.py, so an installed wheel would compile them at first use; "
+            "extend the workload to reach them:", red=True)
+        for name, sig in missed:
+            terminalreporter.write_line(f"  {name}{sig}", red=True)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if "seen" in _CHECK and _signatures() - _CHECK["seen"] and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
