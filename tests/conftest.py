@@ -12,12 +12,23 @@ Tests that call a kernel directly, as no user does (the bit-for-bit tests of Cat
 the losses' row primitives against finite differences), are marked ``calls_kernels``: the
 signatures that appear while they run are not counted.
 
+The workload's signatures are those it holds after compiling into an empty cache: a kernel read
+from a cache holds no signature of the kernels it calls (its code is linked in), while a fresh
+compile registers them as well, and so does a wheel's build. The check therefore keeps its own
+kernel cache (``influence-gbdt-suite`` beside the usual one), whose first whole-suite run of a
+version of the sources compiles the workload and writes its signatures to ``warmup.json`` there;
+later runs read the kernels from that cache and the signatures from that file, so the check does
+not depend on what an earlier run or a demo left in a cache.
+
 ``INFLUENCE_GBDT_CHECK_COMPILES=0`` turns the check off; ``=1`` turns it on for any selection.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -42,6 +53,36 @@ def _whole_suite(config: pytest.Config) -> bool:
     return all("::" not in arg and Path(arg).is_dir() for arg in config.args)
 
 
+def _use_suite_cache() -> str | None:
+    """Point the package's kernel cache at the check's own directory (before the package is
+    imported); return the path of its ``warmup.json``, or None when the package was imported
+    already or nothing is writable. A directory without that file (a run stopped during the
+    workload) is emptied, so the workload compiles into an empty cache."""
+    if "influence_gbdt._jit" in sys.modules:
+        return None
+    base = os.environ.get("NUMBA_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".cache")
+    parent = os.path.join(os.path.abspath(base), "influence-gbdt-suite")
+    os.environ["NUMBA_CACHE_DIR"] = parent  # also read by the suite's subprocesses
+    from influence_gbdt import _jit
+
+    if _jit.CACHE_DIR is None:
+        return None
+    _jit._prune(parent, keep=_jit.CACHE_DIR)  # earlier versions of the sources, unused for a while
+    record = os.path.join(_jit.CACHE_DIR, "warmup.json")
+    if not os.path.exists(record):
+        shutil.rmtree(_jit.CACHE_DIR)
+        os.makedirs(_jit.CACHE_DIR)
+    return record
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "calls_kernels: the test calls the package's kernels directly "
+                                       "(tests/conftest.py does not count the signatures it compiles)")
+    if _whole_suite(config):
+        _CHECK["record"] = _use_suite_cache()
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     if not session.items or not _whole_suite(session.config):
         return
@@ -49,7 +90,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
     start = time.perf_counter()
     _warmup.run()
-    _CHECK["seen"] = _signatures()
+    seen = _signatures()
+    record = _CHECK.get("record")
+    if record and os.path.exists(record):
+        with open(record) as fh:
+            seen |= {tuple(pair) for pair in json.load(fh)}
+    elif record:
+        with open(record, "w") as fh:
+            json.dump(sorted(seen), fh)
+    _CHECK["seen"] = seen
     _CHECK["seconds"] = time.perf_counter() - start
 
 
@@ -60,11 +109,6 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     yield
     if exempt:
         _CHECK["seen"] |= _signatures() - before
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "calls_kernels: the test calls the package's kernels directly "
-                                       "(tests/conftest.py does not count the signatures it compiles)")
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
