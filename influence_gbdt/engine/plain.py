@@ -479,6 +479,11 @@ def refit_round_sums(
                 Hs[gl - rl0] += wh if trees.newton[t] else w_new[j]
 
 
+#: :func:`refit_round_sums` inlined where it runs once per tree for every deleted row (LeafRefit's
+#: plain rounds): a call costs the reference counts of every array of the groups it is given.
+_refit_round_sums_inline = per_row(refit_round_sums.py_func)
+
+
 @numba.njit(cache=True, nogil=True)
 def refit_round_steps(
     lay: Layout, trees: Trees, r: int, Gs: NDArray[np.float64], Hs: NDArray[np.float64], mean_w: float,
@@ -492,7 +497,7 @@ def refit_round_steps(
             d[gl - rl0] = leaf_step(Gs[gl - rl0], Hs[gl - rl0], lam, trees.l1[t], trees.mds[t])[0]
 
 
-@_internal
+@per_row
 def refit_round(
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, r: int, A: NDArray[np.float64],
     delta: NDArray[np.float64], u: NDArray[np.float64], w_new: NDArray[np.float64], sel: NDArray[np.bool_],
@@ -504,8 +509,8 @@ def refit_round(
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     rl0 = lay.leaf_off[t0]
     for s in range(trees.n_steps[t0]):
-        refit_round_sums(lay, trees, rows, loss, sums, None, r, s, A, delta, u, w_new, sel, every, changed,
-                         i0, Gs, Hs, HXs, scratch)
+        _refit_round_sums_inline(lay, trees, rows, loss, sums, None, r, s, A, delta, u, w_new, sel, every,
+                                 changed, i0, Gs, Hs, HXs, scratch)
         refit_round_steps(lay, trees, r, Gs, Hs, mean_w, d)
         for t in range(t0, t1):
             for gl in range(lay.leaf_off[t], lay.leaf_off[t + 1]):
