@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import numbers
 import os
 import time
@@ -16,6 +15,7 @@ from numpy.typing import ArrayLike, NDArray
 from tqdm.auto import tqdm
 
 from . import distributed
+from ._settings import settings_repr
 from .engine import DEFAULT_CACHE_BYTES, InfluenceEngine, TestPoints
 from .errors import InputError, LongRunWarning, NotFittedError
 from .inputs import check_choice, check_rows, check_table, is_integer, is_sparse, n_columns
@@ -169,13 +169,7 @@ class BoostingInfluence:
         return self
 
     def __repr__(self) -> str:
-        defaults = inspect.signature(type(self).__init__).parameters
-        shown = [f"model={_short_repr(self.model)}"]
-        for name in _PARAMS[1:]:
-            value = getattr(self, name)
-            if not _same_value(value, defaults[name].default):
-                shown.append(f"{name}={value!r}")
-        return f"{type(self).__name__}({', '.join(shown)})"
+        return settings_repr(self, _PARAMS)
 
     def __sklearn_clone__(self) -> BoostingInfluence:
         """``sklearn.base.clone``: a new unfitted explainer with the same settings that wraps *the
@@ -685,18 +679,6 @@ class _Progress:
                 LongRunWarning,
                 stacklevel=2,
             )
-
-
-def _short_repr(model: Any) -> str:
-    text = repr(model)
-    return text if len(text) <= 80 and "\n" not in text else f"{type(model).__name__}(...)"
-
-
-def _same_value(value: Any, default: Any) -> bool:
-    try:
-        return value is default or bool(value == default)
-    except (TypeError, ValueError):
-        return False
 
 
 def _free_names(names: list[Any], taken: tuple[str, ...]) -> list[Any]:
