@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import sys
 from types import ModuleType
 
 
@@ -35,7 +36,33 @@ class ReproductionError(InfluenceError, ValueError):
 
 
 class NotFittedError(InfluenceError, AttributeError):
-    """A method that needs :meth:`BoostingInfluence.fit` was called before it."""
+    """A method that needs :meth:`BoostingInfluence.fit` was called before it.
+
+    When scikit-learn is imported in the process, the error raised is also scikit-learn's
+    ``NotFittedError`` (so ``except sklearn.exceptions.NotFittedError`` catches it); scikit-learn is
+    never imported for it (it would add a second to every import of this package).
+    """
+
+    def __new__(cls, *args: object, **kwargs: object) -> NotFittedError:
+        if cls is NotFittedError and "sklearn.exceptions" in sys.modules:
+            cls = _not_fitted_for_sklearn()
+        return super().__new__(cls, *args, **kwargs)
+
+
+def _not_fitted_for_sklearn() -> type[NotFittedError]:
+    """:class:`NotFittedError` that also derives from scikit-learn's (made once)."""
+    global SklearnNotFittedError
+    if SklearnNotFittedError is None:
+        from sklearn.exceptions import NotFittedError as theirs
+
+        SklearnNotFittedError = type("SklearnNotFittedError", (NotFittedError, theirs),
+                                     {"__module__": __name__, "__doc__": NotFittedError.__doc__})
+    return SklearnNotFittedError
+
+
+#: :class:`NotFittedError` and scikit-learn's, made at the first raise in a process that imported
+#: scikit-learn (a module attribute, so that the error pickles).
+SklearnNotFittedError: type[NotFittedError] | None = None
 
 
 class InputError(InfluenceError, ValueError):

@@ -22,7 +22,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
+from tqdm.auto import tqdm
 
+from ._settings import settings_repr
 from ._tweak_codec import Codec
 from ._tweak_exact import solve
 from ._tweak_search import EXACT, ROW, SOURCES, Cost, Goal, Search, Solutions
@@ -31,6 +33,10 @@ from .errors import InputError, UnsupportedModelError
 from .inputs import check_table, is_integer, is_number
 
 _METHODS = ("paths", "combine", "exact")
+
+
+#: Rows from which :meth:`FeatureTweaking.tweak` shows a progress bar (a row takes 0.01-1 s).
+_PROGRESS_FROM = 20
 
 
 class FeatureTweaking:
@@ -76,6 +82,8 @@ class FeatureTweaking:
         Nearest target-class training rows offered as candidates (needs :meth:`fit` data).
     time_limit : float, default=10.0
         Seconds per row and class for "exact".
+    progress : bool, default=True
+        Show a progress bar (tqdm) over the rows of :meth:`tweak` when there are more than a few.
 
     Attributes
     ----------
@@ -115,6 +123,7 @@ class FeatureTweaking:
         rounds: int = 6,
         n_reference: int = 3,
         time_limit: float = 10.0,
+        progress: bool = True,
     ) -> None:
         self.model = model
         self.epsilon = epsilon
@@ -131,12 +140,34 @@ class FeatureTweaking:
         self.rounds = rounds
         self.n_reference = n_reference
         self.time_limit = time_limit
+        self.progress = progress
 
     # ------------------------------------------------------------------ scikit-learn plumbing
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         """The constructor settings, as in scikit-learn (``deep`` is ignored: the model is trained)."""
         names = [p for p in inspect.signature(FeatureTweaking.__init__).parameters if p != "self"]
         return {name: getattr(self, name) for name in names}
+
+    def __repr__(self) -> str:
+        return settings_repr(self, self.get_params())
+
+    def __sklearn_clone__(self) -> FeatureTweaking:
+        """``sklearn.base.clone``: a new unfitted instance with the same settings, wrapping *the
+        same* trained model (cloning the model would give an untrained booster)."""
+        return type(self)(**self.get_params())
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "reader_")
+
+    def __sklearn_tags__(self) -> Any:
+        from sklearn.utils import InputTags, Tags, TargetTags
+
+        return Tags(
+            estimator_type=None,
+            target_tags=TargetTags(required=False),
+            input_tags=InputTags(categorical=True, string=True, allow_nan=True),
+            requires_fit=True,
+        )
 
     def set_params(self, **params: Any) -> FeatureTweaking:
         """Change constructor settings, as in scikit-learn; they act at the next :meth:`fit`
@@ -394,7 +425,7 @@ class FeatureTweaking:
 
         Returns
         -------
-        DataFrame with n_rows rows
+        DataFrame with n_rows rows, indexed like ``X`` (a DataFrame's own index, else 0..n_rows-1)
             The tweaked features (the input's columns and dtypes; all NaN where no tweak was found),
             then ``cost`` (NaN if none), ``prediction`` (the booster's own prediction of the tweaked
             row), ``n_changed`` (features changed) and ``source`` (which candidate won: "unchanged",
@@ -409,6 +440,7 @@ class FeatureTweaking:
         if not hasattr(self, "reader_"):
             self.fit()
         self._check_settings()  # set_params may have changed them since fit
+        index = X.index if isinstance(X, pd.DataFrame) else None
         X = check_table(X, "X")
         codec = self._codec or Codec(self.reader_, X)
         Z = codec.encode(X)
@@ -429,7 +461,8 @@ class FeatureTweaking:
         threshold, delta = self.reader_.decision_threshold, self._delta()
         decodable = self._decodable(codec)
         results: list[Solutions] = []
-        for i in range(n):
+        for i in tqdm(range(n), disable=not self.progress or n < _PROGRESS_FROM, unit="row",
+                      desc="feature tweaking", leave=False):
             if current[i] in targets[i]:
                 results.append(Solutions(Z[i : i + 1], np.zeros(1), np.zeros(1, dtype=np.int64)))
                 continue
@@ -437,7 +470,10 @@ class FeatureTweaking:
             goals = [Goal(s, c, threshold, delta) for c in targets[i]]
             rows_for = self._rows_for(point.x, point.frozen, con, cost)
             results.append(self._search_row(point, goals, rows_for, search, cost))
-        return self._verify(codec, Z, results, targets)
+        table = self._verify(codec, Z, results, targets)
+        if index is not None:
+            table.index = index
+        return table
 
     def _decodable(self, codec: Codec) -> NDArray[np.bool_]:
         g = self.grid_

@@ -268,6 +268,9 @@ def test_scikit_learn_clone_tags_and_fitted_check(fitted: tuple) -> None:
     ex = BoostingInfluence(model, method="leaf_refit", params=None, progress=False)
     with pytest.raises(SklearnNotFitted):
         check_is_fitted(ex)
+    with pytest.raises(SklearnNotFitted, match="not fitted") as raised:  # our own error, caught as theirs
+        ex.score_training_points(X_test, y_test)
+    assert isinstance(raised.value, NotFittedError) and isinstance(raised.value, AttributeError)
     ex.fit(X, y)
     check_is_fitted(ex)
     twin = clone(ex)

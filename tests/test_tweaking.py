@@ -182,6 +182,7 @@ def test_pandas_categorical_input(library: str) -> None:
     rows = frame[model.predict(frame) == 0].head(10)
     ft = FeatureTweaking(model, immutable=["age"], bounds={"hours": (0, 60)}).fit(frame)
     out = ft.tweak(rows)
+    assert out.index.equals(rows.index)  # joins back onto the input
     found = out["cost"].notna().to_numpy()
     assert found.mean() >= 0.9
     tweaked = out.loc[found, list(frame.columns)]
@@ -298,6 +299,31 @@ def test_constructor_stores_settings_untouched() -> None:
     assert ft.immutable is immutable and ft.model is model
     assert not hasattr(ft, "reader_")
     assert ft.set_params(epsilon=0.2).get_params()["epsilon"] == 0.2
+
+
+def test_scikit_learn_manners(capsys: pytest.CaptureFixture[str]) -> None:
+    """A repr of the settings that differ from the defaults, check_is_fitted, clone keeping the
+    trained model, and a progress bar over many rows that ``progress=False`` silences."""
+    from sklearn.base import clone
+    from sklearn.exceptions import NotFittedError
+    from sklearn.utils.validation import check_is_fitted
+
+    X, y, _ = _data()
+    model = _model("lightgbm", n_trees=5)
+    ft = FeatureTweaking(model, epsilon=0.1, immutable=[0])
+    assert repr(ft).startswith("FeatureTweaking(model=LGBMClassifier(")
+    assert repr(ft).endswith(", epsilon=0.1, immutable=[0])")  # the settings that differ from the defaults
+    with pytest.raises(NotFittedError):
+        check_is_fitted(ft)
+    ft.fit(X)
+    check_is_fitted(ft)
+    twin = clone(ft)
+    assert twin.model is model and twin.get_params() == ft.get_params() and not hasattr(twin, "reader_")
+    rows = _negatives(model, k=25)
+    ft.tweak(rows)
+    assert "feature tweaking" in capsys.readouterr().err
+    ft.set_params(progress=False).tweak(rows)
+    assert "feature tweaking" not in capsys.readouterr().err
 
 
 def test_errors_name_the_cause() -> None:
