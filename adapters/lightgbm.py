@@ -370,7 +370,7 @@ class LightGBMAdapter(BoosterAdapter):
 
     def label_map(self) -> LabelMap:
         """A multiclass ``LGBMClassifier`` reads labels by its ``classes_``; a raw multiclass Booster
-        takes the class indices ``0 .. K - 1`` it was trained on; otherwise as
+        takes the class indices ``0 .. K - 1`` it was trained on (named when others are refused); otherwise as
         :meth:`BoosterAdapter.label_map` (binary and cross-entropy: 0/1 or [0, 1] targets)."""
         if not self.objective.multiclass:
             return super().label_map()
@@ -378,7 +378,8 @@ class LightGBMAdapter(BoosterAdapter):
         name = type(self.model).__name__
         if classes is not None:
             return LabelMap(classes=tuple(classes), source=f"{name}.classes_")
-        return LabelMap(source=f"A raw LightGBM {name}")
+        K = self.objective.n_classes
+        return LabelMap(classes=tuple(range(K)), source=f"A raw LightGBM {name} (classes 0..{K - 1})")
 
     def _labels(self, y: ArrayLike) -> tuple[NDArray[Any], NDArray[np.float64]]:
         """(labels as given, labels as LightGBM trains on them, float32-rounded), shape (n,)."""

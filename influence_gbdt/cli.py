@@ -76,6 +76,7 @@ def _explainer(args: argparse.Namespace, model: Any) -> Any:
     return BoostingInfluence(
         model, method=args.method, update_set=args.update_set, k=args.k,
         base_score=args.base_score, progress=not args.quiet, params=_params(args.params),
+        max_memory=args.max_memory,
     )
 
 
@@ -243,12 +244,50 @@ class _Parser(argparse.ArgumentParser):
         raise InputError(f"{message} (see {self.prog} --help)")
 
 
+#: ``--help`` examples, per command.
+_EXAMPLES = {
+    "influence-gbdt": """examples:
+  influence-gbdt demo
+  influence-gbdt check model.json --train train.csv --label income
+  influence-gbdt score model.json --train train.csv --test test.csv --label income -o scores.csv
+  influence-gbdt tweak model.json --data rejected.csv --train train.csv --label income
+run 'influence-gbdt COMMAND --help' for a command's options.""",
+    "score": """examples:
+  influence-gbdt score model.json --train train.csv --test test.csv --label income
+  influence-gbdt score model.txt --train train.parquet --test one_row.csv --label y --per-test-point -o s.csv
+  influence-gbdt score model.cbm --train train.csv --test test.csv --label y --on prediction --class 2""",
+    "check": """examples:
+  influence-gbdt check model.json --train train.csv --label income
+  influence-gbdt check model.json --train train.csv --label y --params '{"eta": 0.1}'""",
+}
+
+#: Words of the Python API in messages, as the command line says them.
+_SHELL_WORDS = (
+    ("e.g. output=0", "e.g. --class 0"),
+    ("output must be", "--class must be"),
+    (", or wrap the scikit-learn classifier instead of its booster", ""),
+    ("max_memory (float('inf') for no limit)", "--max-memory (inf for no limit)"),
+    ("max_memory", "--max-memory"),
+    ("training_points", "rows"),
+    ("aggregate='mean'", "--aggregate mean"),
+)
+
+
+def _shell_words(message: str) -> str:
+    """An error message of the library, with the Python API's words replaced by the command's."""
+    for python, shell in _SHELL_WORDS:
+        message = message.replace(python, shell)
+    return message
+
+
 def _parser() -> argparse.ArgumentParser:
     from . import __version__
 
     parser = _Parser(
         prog="influence-gbdt",
         description="Which training rows made my gradient-boosted model do this? (score > 0 = harmful)",
+        epilog=_EXAMPLES["influence-gbdt"],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"influence-gbdt {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -273,9 +312,15 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--base-score", choices=["refit", "fixed"], default="refit",
                        help="refit (default): the initial margin moves as a retrain would re-estimate it; "
                             "fixed: it stays")
+        p.add_argument("--max-memory", type=float, default=4e9, metavar="BYTES",
+                       help="refuse work that needs more memory than this (default 4e9; inf: no limit)")
         p.add_argument("--quiet", action="store_true", help="no progress bar")
 
-    score = sub.add_parser("score", help="score training rows against a test set")
+    score = sub.add_parser(
+        "score", help="score training rows against a test set",
+        description="Score every training row by its influence on the test rows' loss (or raw prediction): "
+                    "score > 0 means the row is harmful (removing it lowers the test loss).",
+        epilog=_EXAMPLES["score"], formatter_class=argparse.RawDescriptionHelpFormatter)
     model_args(score)
     score.add_argument("--test", required=True, help="test data, CSV or Parquet (label column optional)")
     score.add_argument("--output", "-o",
@@ -297,7 +342,12 @@ def _parser() -> argparse.ArgumentParser:
                                       "image (.png, .svg, .pdf; needs matplotlib)")
     score.set_defaults(run=_cmd_score)
 
-    check = sub.add_parser("check", help="check that a model is supported and reproduced by its data")
+    check = sub.add_parser(
+        "check", help="check that a model is supported and reproduced by its data",
+        description="Read the model, recompute every leaf value from the training data and report the "
+                    "largest difference; exit code 2 with the cause when the model is not supported or "
+                    "not reproduced (other rows, shuffled rows, other labels, missing weights).",
+        epilog=_EXAMPLES["check"], formatter_class=argparse.RawDescriptionHelpFormatter)
     model_args(check)
     check.set_defaults(run=_cmd_check)
 
@@ -323,7 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help and --version
         return exc.code if isinstance(exc.code, int) else 0
     except (InfluenceError, ImportError) as exc:
-        print(f"{command}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        print(f"{command}: error: {_shell_words(' '.join(str(exc).split()))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{command}: interrupted", file=sys.stderr)

@@ -93,7 +93,8 @@ class LabelMap:
             values = _numeric(arr, what, f"{self.source} binarizes numeric labels at {self.border:g}.")
             return (values.astype(np.float32) > np.float32(self.border)).astype(np.float64)
         if not self.binary:
-            return _numeric(arr, what, "this model is a regressor; pass the numeric targets.")
+            why = f"{self.source} takes numeric labels: pass the numbers it was trained on."
+            return _numeric(arr, what, why)
         values = _numeric(arr, what, self._binary_hint)
         outside = (values < 0) | (values > 1)
         if outside.any():

@@ -256,3 +256,56 @@ def test_ubj_files_are_checked_whole_before_xgboost_reads_them(tmp_path) -> None
         bad.write_bytes(data)
         with pytest.raises(InputError, match=match):
             load_model(bad)
+
+
+def test_help_has_examples_and_every_command_a_description(capsys: pytest.CaptureFixture) -> None:
+    assert main(["--help"]) == 0
+    assert "examples:" in capsys.readouterr().out
+    for command in ("score", "check"):
+        assert main([command, "--help"]) == 0
+        out = capsys.readouterr().out
+        assert "examples:" in out and f"influence-gbdt {command} model" in out
+        assert "harmful" in out or "recompute every leaf value" in out  # a description, not just usage
+
+
+def test_multiclass_lightgbm_file_with_text_labels_names_the_classes(
+    tmp_path, capsys: pytest.CaptureFixture
+) -> None:
+    """A raw multiclass LightGBM file records no class names: text labels are refused by naming the
+    class indices it takes (it used to call the model a regressor)."""
+    import lightgbm
+
+    X, _, _, _ = binary_data(n=300)
+    y3 = np.digitize(X.iloc[:, 0], np.quantile(X.iloc[:, 0], [1 / 3, 2 / 3]))
+    booster = lightgbm.train({"objective": "multiclass", "num_class": 3, "verbose": -1},
+                             lightgbm.Dataset(X, y3), num_boost_round=3)
+    booster.save_model(str(tmp_path / "m.txt"))
+    X.assign(label=np.array(["a", "b", "c"])[y3]).to_csv(tmp_path / "text.csv", index=False)
+    X.assign(label=y3).to_csv(tmp_path / "codes.csv", index=False)
+    args = [str(tmp_path / "m.txt"), "--label", "label", "--quiet", "--train"]
+    assert main(["check", *args, str(tmp_path / "text.csv")]) == 2
+    err = capsys.readouterr().err
+    assert "regressor" not in err and "not among the model's classes [0, 1, 2]" in err
+    assert main(["check", *args, str(tmp_path / "codes.csv")]) == 0
+
+
+def test_messages_speak_the_command_line(files: tuple, tmp_path, capsys: pytest.CaptureFixture) -> None:
+    """Errors name the command's flags (--class, --max-memory), never a Python argument (output=,
+    max_memory=) or a remedy a shell cannot apply (wrapping a scikit-learn classifier)."""
+    from influence_gbdt.cli import _shell_words
+
+    refusal = "Map your labels to 0/1, or wrap the scikit-learn classifier instead of its booster."
+    assert _shell_words(refusal) == "Map your labels to 0/1."
+    assert _shell_words("the output to score, e.g. output=0.") == "the output to score, e.g. --class 0."
+    library, path, params, train, test, _ = files
+    assert main(["score", *_model_args(path, params, train), "--test", str(test), "--per-test-point",
+                 "--max-memory", "100"]) == 2
+    err = capsys.readouterr().err
+    assert "--max-memory" in err and "max_memory" not in err and "training_points" not in err
+    if library != "xgboost":  # an XGBoost file records no binary labels map either; one case suffices
+        return
+    labels = pd.read_csv(train).assign(label=lambda t: np.where(t.label == 1, "yes", "no"))
+    labels.to_csv(tmp_path / "text.csv", index=False)
+    assert main(["check", *_model_args(path, params, tmp_path / "text.csv")]) == 2
+    err = capsys.readouterr().err
+    assert "Map your labels to 0/1" in err and "scikit-learn" not in err

@@ -45,7 +45,8 @@ def test_readme_block_runs_on_adult(adult_model: dict[str, object], marker: str)
     (block,) = [b for b in _python_blocks() if marker in b]
     namespace = dict(adult_model)
     if marker.startswith("Boosting"):
-        block = block.replace("ex = BoostingInfluence(model)", "ex = BoostingInfluence(model, progress=False)")
+        quiet = "ex = BoostingInfluence(model, progress=False)"
+        block = block.replace("ex = BoostingInfluence(model)", quiet)
     exec(compile(block, str(README), "exec"), namespace)  # noqa: S102 -- the README's own code
     if marker.startswith("Boosting"):
         assert namespace["S"].shape == (32561, 100)
