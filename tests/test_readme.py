@@ -47,7 +47,7 @@ def test_readme_block_runs_on_adult(adult_model: dict[str, object], marker: str)
     if marker.startswith("Boosting"):
         quiet = "ex = BoostingInfluence(model, progress=False)"
         block = block.replace("ex = BoostingInfluence(model)", quiet)
-    exec(compile(block, str(README), "exec"), namespace)  # noqa: S102 -- the README's own code
+    exec(compile(block, str(README), "exec"), namespace)  # the README's own code
     if marker.startswith("Boosting"):
         assert namespace["S"].shape == (32561, 100)
         assert np.all(np.isfinite(namespace["s"].to_numpy()))
