@@ -308,7 +308,7 @@ def test_scikit_learn_manners(capsys: pytest.CaptureFixture[str]) -> None:
     from sklearn.exceptions import NotFittedError
     from sklearn.utils.validation import check_is_fitted
 
-    X, y, _ = _data()
+    X, _, _ = _data()
     model = _model("lightgbm", n_trees=5)
     ft = FeatureTweaking(model, epsilon=0.1, immutable=[0])
     assert repr(ft).startswith("FeatureTweaking(model=LGBMClassifier(")
