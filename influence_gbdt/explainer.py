@@ -407,6 +407,7 @@ class BoostingInfluence:
         n: int | None = None,
         rank_by: Literal["disagreement", "self_influence", "test_influence"] = "disagreement",
         self_influence_method: Literal["leaf_influence", "leaf_refit"] = "leaf_influence",
+        n_issues: int | None = None,
     ) -> pd.DataFrame:
         """Training rows most likely mislabeled, most suspicious first, with their influence on the
         test loss when ``X_test``, ``y_test`` (trusted labels) are given.
@@ -426,26 +427,34 @@ class BoostingInfluence:
             loss most, mislabeled or not.
         self_influence_method : {"leaf_influence", "leaf_refit"}
             For ``rank_by="self_influence"`` (single-point update set, a few seconds on 30k rows).
+        n_issues : int, optional
+            How many of the most suspicious rows to flag as label issues. Default: estimated from
+            the data (:func:`influence_gbdt.label_noise.estimated_issue_count`): for a classifier,
+            confident learning's count of rows whose confidently predicted class is not their label
+            (as cleanlab, but with the booster's own probabilities instead of cross-validated ones);
+            for a regressor, the rows whose own loss is a far outlier (above Q3 + 3 IQR).
 
         Returns
         -------
         DataFrame, one line per training row, sorted by ``suspicion`` (descending), indexed like the
         training data of ``fit`` (its index when it was a DataFrame); columns ``row`` (position),
-        ``suspicion``, ``label``, ``disagreement``, ``test_influence`` (with test data) and
-        ``self_influence`` (when ranked by it). The "Label noise" docs page says when influence adds
-        value.
+        ``suspicion``, ``label``, ``is_label_issue`` (True for the ``n_issues`` most suspicious
+        rows), ``disagreement``, ``test_influence`` (with test data) and ``self_influence`` (when
+        ranked by it). Binary, multiclass and regression models. The "Label noise" docs page says
+        when influence adds value.
         """
         from .label_noise import check_label_issue_request, label_issue_table
 
         engine = self._fitted_engine()
-        check_label_issue_request(rank_by, n, X_test is not None, (X_test is None) == (y_test is None))
+        check_label_issue_request(rank_by, n, X_test is not None, (X_test is None) == (y_test is None),
+                                  n_issues)
         test_influence = None
         if X_test is not None:
             test_influence = np.asarray(self.score_training_points(X_test, y_test, aggregate="mean"),
                                         np.float64)
         return label_issue_table(engine, self._y_train, self._train_index(), test_influence, n=n,
                                  rank_by=rank_by, self_influence_method=self_influence_method,
-                                 refit_base=self.base_score == "refit")
+                                 refit_base=self.base_score == "refit", n_issues=n_issues)
 
     # ------------------------------------------------------------------------------------------
 
