@@ -8,11 +8,14 @@ no stored outputs), on every build, so an example that stops working fails the b
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("MPLBACKEND", "Agg")
+import re
+from pathlib import Path
+from typing import Any
 
 import influence_gbdt
+
+# No MPLBACKEND here: the notebook kernels inherit the environment, and with "Agg" they drew every
+# figure into nothing (0 images in every tutorial page); a kernel's own default is the inline one.
 
 project = "influence-gbdt"
 author = "influence-gbdt developers"
@@ -46,3 +49,34 @@ html_theme_options = {
     "show_toc_level": 2,
 }
 html_static_path: list[str] = []
+
+
+#: A code cell of a page that draws a figure: it calls one of ``influence_gbdt.plots``' functions.
+_PLOT_CALL = re.compile(r"\b(plot_[a-z_]+|save_summary)\(")
+_CODE_CELL = re.compile(r"```\{code-cell\}[^\n]*\n(.*?)```", re.DOTALL)
+
+
+def _check_figures(app: Any, exception: Exception | None) -> None:
+    """Fail the build when an executed page has fewer images than cells that draw a figure (a
+    backend that renders nothing, or a cell whose figure is never shown)."""
+    if exception is not None or app.builder.format != "html":
+        return
+    from sphinx.errors import ExtensionError
+
+    missing = []
+    for doc in app.env.found_docs:
+        source = Path(app.env.doc2path(doc))
+        if source.suffix != ".md":
+            continue
+        drawing = [c for c in _CODE_CELL.findall(source.read_text()) if _PLOT_CALL.search(c)]
+        page = Path(app.outdir) / f"{doc}.html"
+        if drawing and page.exists():
+            shown = page.read_text().count("<img")
+            if shown < len(drawing):
+                missing.append(f"{doc}: {len(drawing)} cells draw a figure, {shown} images")
+    if missing:
+        raise ExtensionError("pages whose figures did not render: " + "; ".join(missing))
+
+
+def setup(app: Any) -> None:
+    app.connect("build-finished", _check_figures)

@@ -23,11 +23,52 @@ from .errors import InputError, require
 HARMFUL, HELPFUL, NEUTRAL = "#c0392b", "#2471a3", "#7f8c8d"
 
 
-def _axes(ax: Any) -> Any:
+def _axes(ax: Any, size: tuple[float, float] = (7, 4.5)) -> Any:
     if ax is not None:
         return ax
     plt = require("matplotlib.pyplot", "plot", "Plotting")
-    return plt.subplots(figsize=(7, 4.5), layout="constrained")[1]
+    return plt.subplots(figsize=size, layout="constrained")[1]
+
+
+def _power(values: NDArray[np.float64]) -> int:
+    """The power of ten a score axis is labelled in: 0 for scores of 0.01 to 10,000, else that of
+    the largest score."""
+    top = float(np.max(np.abs(values))) if values.size else 0.0
+    return int(np.floor(np.log10(top))) if top > 0 and not 1e-2 <= top < 1e4 else 0
+
+
+def _score_axis(axis: Any, values: NDArray[np.float64], label: str) -> None:
+    """Label a score axis with ``label``; scores far from 1 (influence scores are often ~1e-6) get
+    their power of ten in the label, not as matplotlib's offset text (which overlaps the label),
+    and at most six ticks, so their labels never overlap."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    power = _power(values)
+    axis.set_major_locator(MaxNLocator(nbins=6))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 10.0**power:g}"))
+    axis.set_label_text(label if power == 0 else f"{label}, x 1e{power}")
+
+
+def _standout(frame: pd.DataFrame, rows: NDArray[np.int64], k: int) -> list[list[Any]]:
+    """For each of ``rows``, the ``k`` columns where it is most unusual among all rows of ``frame``:
+    a number by the share of rows closer to the column's median, a category by the share of rows
+    whose category is more common (0 = the most ordinary, near 1 = few rows are as unusual)."""
+    unusual = np.zeros((rows.size, frame.shape[1]))
+    for c, name in enumerate(frame.columns):
+        col = frame[name]
+        if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
+            values = col.to_numpy(dtype=np.float64)
+            deviation = np.abs(values - np.nanmedian(values))
+            closer = np.sort(deviation[np.isfinite(deviation)])
+            picked = np.nan_to_num(deviation[rows], nan=0.0)
+            unusual[:, c] = np.searchsorted(closer, picked, side="left") / max(closer.size, 1)
+        else:
+            text = col.astype(str)
+            share = text.map(text.value_counts(normalize=True)).to_numpy(dtype=np.float64)
+            more_common = -np.sort(share)[::-1]
+            unusual[:, c] = np.searchsorted(more_common, -share[rows], side="left") / share.size
+    order = np.argsort(-unusual, axis=1, kind="stable")[:, :k]
+    return [[frame.columns[c] for c in row] for row in order]
 
 
 def _one_score_per_row(scores: Any, n: int | None = None) -> pd.Series:
@@ -51,11 +92,12 @@ def plot_top_rows(
     n: int = 5,
     features: Sequence[Any] | None = None,
     ax: Any = None,
+    title: str | None = None,
 ) -> Any:
     """The ``n`` most harmful and ``n`` most helpful training rows as a horizontal bar chart.
 
     Each bar is labelled with the row's own key (its index label, else its position), its label and
-    the values of the key ``features``.
+    feature values, and carries its score.
 
     Parameters
     ----------
@@ -69,8 +111,12 @@ def plot_top_rows(
     n : int
         Rows shown per side.
     features : sequence, optional
-        Columns of ``X`` to show next to each row; default the first three.
+        Columns of ``X`` to show next to each row. Default: for each row, the three in which it is
+        most unusual among the training rows (a value far from the median, a rare category).
     ax : matplotlib Axes, optional
+        Default: a new figure sized to the labels.
+    title : str, optional
+        Default: what is drawn; name the scored test point (and its prediction) here.
 
     Returns
     -------
@@ -80,25 +126,30 @@ def plot_top_rows(
     s = _one_score_per_row(scores, len(frame))
     labels = np.asarray(y)
     keys = s.index if isinstance(scores, pd.Series) else frame.index
-    shown = list(frame.columns[:3]) if features is None else list(features)
-    unknown = [f for f in shown if f not in frame.columns]
-    if unknown:
-        raise InputError(f"features {unknown} are not columns of X ({list(frame.columns)[:10]} ...).")
+    if features is not None:
+        unknown = [f for f in features if f not in frame.columns]
+        if unknown:
+            raise InputError(f"features {unknown} are not columns of X ({list(frame.columns)[:10]} ...).")
     values = s.to_numpy()
     order = np.argsort(-values, kind="stable")
     pick = np.concatenate([order[:n], order[::-1][:n][::-1]]) if values.size > 2 * n else order
-    ax = _axes(ax)
-    ypos = np.arange(pick.size)[::-1]
-    ax.barh(ypos, values[pick], color=[HARMFUL if v > 0 else HELPFUL for v in values[pick]])
+    shown = [list(features)] * pick.size if features is not None else _standout(frame, pick, 3)
     texts = []
-    for i in pick:
-        cells = ", ".join(f"{f}={_cell(frame[f].iloc[i])}" for f in shown)
+    for i, names in zip(pick, shown, strict=True):
+        cells = ", ".join(f"{f}={_cell(frame[f].iloc[i])}" for f in names)
         texts.append(f"{keys[i]} | label={labels[i]} | {cells}")
+    width = 5.5 + 0.065 * max((len(t) for t in texts), default=0)  # room for the row labels
+    ax = _axes(ax, (min(width, 16.0), max(3.5, 0.35 * pick.size + 1.8)))
+    ypos = np.arange(pick.size)[::-1]
+    bars = ax.barh(ypos, values[pick], color=[HARMFUL if v > 0 else HELPFUL for v in values[pick]])
     ax.set_yticks(ypos, texts, fontsize=8)
     ax.axvline(0, color="black", linewidth=0.8)
-    ax.set_xlabel("influence score (> 0 = harmful, < 0 = helpful)")
+    _score_axis(ax.xaxis, values[pick], "influence score (> 0 = harmful, < 0 = helpful)")
+    power = _power(values[pick])
+    ax.bar_label(bars, labels=[f"{v / 10.0**power:+.3g}" for v in values[pick]], fontsize=7, padding=2)
+    ax.margins(x=0.18)  # room for the values at the bars' ends
     ax.set_ylabel("training row | label | features")
-    ax.set_title("Most harmful (top) and most helpful (bottom) training rows")
+    ax.set_title(title or "Most harmful (top) and most helpful (bottom) training rows")
     return ax
 
 
@@ -137,7 +188,7 @@ def plot_score_distribution(
         ax.hist(part, bins=edges, histtype="step", linewidth=1.5, label=f"{group} ({part.size} rows)")
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_yscale("log")
-    ax.set_xlabel("influence score (> 0 = harmful; tails clipped to the end bins)")
+    _score_axis(ax.xaxis, edges, "influence score (> 0 = harmful)\ntails clipped to the end bins")
     ax.set_ylabel("training rows")
     ax.set_title("Scores by label")
     ax.legend(title="label", fontsize=8)
@@ -174,6 +225,14 @@ def plot_removal_curve(curve: pd.DataFrame, target: str = "test_reduction", ax: 
         else:
             ax.plot(part["m"], part["mean"], marker="o", label=f"most harmful by {strategy}")
     ax.axhline(0, color="black", linewidth=0.8)
+    removed = np.unique(stats["m"].to_numpy(dtype=np.float64))
+    if removed.size > 2 and removed[removed > 0].size and removed.max() > 10 * removed[removed > 0].min():
+        if removed.min() <= 0:
+            ax.set_xscale("symlog", linthresh=1)
+        else:
+            ax.set_xscale("log")
+        ax.set_xticks(removed, [f"{m:g}" for m in removed])
+        ax.minorticks_off()
     ax.set_xlabel("training rows removed (model retrained without them)")
     ax.set_ylabel(f"{target.replace('_', ' ')} (> 0 = loss lowered)")
     ax.set_title("Removal curve: retraining without the top-m rows")
@@ -229,19 +288,34 @@ def plot_noise_roc(is_noisy: ArrayLike, detectors: Mapping[str, ArrayLike], ax: 
     return ax
 
 
+def summary_figure(
+    scores: ArrayLike | pd.Series, X: Any, y: ArrayLike, on: str = "loss", n: int = 10,
+    title: str | None = None,
+) -> Any:
+    """The figure of ``influence-gbdt score --plot``: the top rows (:func:`plot_top_rows`) beside the
+    scores by label (:func:`plot_score_distribution`). Returns the matplotlib Figure."""
+    plt = require("matplotlib.pyplot", "plot", "Plotting")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(16, max(4.5, 0.32 * 2 * n + 1.5)), layout="constrained",
+                                      width_ratios=(3, 2))
+    plot_top_rows(scores, X, y, n=n, ax=left, title=title)
+    plot_score_distribution(scores, y, ax=right)
+    if on == "prediction":
+        for ax in (left, right):
+            label = ax.get_xlabel().replace("influence score (> 0 = harmful, < 0 = helpful)", _ON_PREDICTION)
+            ax.set_xlabel(label.replace("influence score (> 0 = harmful)", _ON_PREDICTION))
+    return fig
+
+
+_ON_PREDICTION = "effect on the raw prediction (> 0 = the row raises it)"
+
+
 def save_summary(
     scores: ArrayLike | pd.Series, X: Any, y: ArrayLike, path: str | Path, on: str = "loss", n: int = 10
 ) -> None:
-    """The figure of ``influence-gbdt score --plot``: top rows and the scores by label, saved to ``path``."""
+    """:func:`summary_figure`, saved to ``path``."""
     plt = require("matplotlib.pyplot", "plot", "Plotting")
-    fig, (left, right) = plt.subplots(1, 2, figsize=(15, max(4.5, 0.32 * 2 * n + 1.5)), layout="constrained",
-                                      width_ratios=(3, 2))
+    fig = summary_figure(scores, X, y, on=on, n=n)
     try:
-        plot_top_rows(scores, X, y, n=n, ax=left)
-        plot_score_distribution(scores, y, ax=right)
-        if on == "prediction":
-            for ax in (left, right):
-                ax.set_xlabel("effect on the raw prediction (> 0 = the row raises it)")
         fig.savefig(path, dpi=110)
     finally:
         plt.close(fig)
