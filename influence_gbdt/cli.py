@@ -144,7 +144,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
     if on == "prediction" and not args.on:
         print(f"The test data has no {args.label!r} column: scoring the effect on the raw prediction "
               "(score > 0 = the row raises it).")
-    ex = _explainer(args, model).fit(X, y, sample_weight=w)
+    ex = _fitted(args, model, X, y, w)
     aggregate = None if args.per_test_point else args.aggregate
     scores = ex.score_training_points(X_test, y_test if on == "loss" else None, aggregate=aggregate, on=on,
                                       output=_output(ex, args.output_class))
@@ -203,11 +203,20 @@ def _print_top(
         print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
 
 
+def _fitted(args: argparse.Namespace, model: Any, X: Any, y: Any, w: Any) -> Any:
+    """The explainer fitted on the training rows, saying on stderr what runs (unless --quiet): the
+    self-check of a large model (CatBoost's 1,000 trees) takes many seconds without a bar."""
+    if not args.quiet:
+        print(f"influence-gbdt: reading {args.model} and recomputing every leaf value from {len(X)} training "
+              "rows (the self-check) ...", file=sys.stderr, flush=True)
+    return _explainer(args, model).fit(X, y, sample_weight=w)
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     model = load_model(args.model)
     X, y, w = _split(read_table(args.train), args.label, args.weight, "training")
     X, _ = _categoricals(model, X, None)
-    ex = _explainer(args, model).fit(X, y, sample_weight=w)
+    ex = _fitted(args, model, X, y, w)
     e = ex.engine_.ensemble
     print(
         f"Supported: the {ex.adapter_.library} model ({e.n_trees} trees, {e.n_total_leaves} leaves, "

@@ -24,6 +24,7 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("model", help="model file: XGBoost .json/.ubj, LightGBM .txt, CatBoost .cbm/.json")
     p.add_argument("--data", required=True, help="rows to tweak, CSV or Parquet")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--train", help="training data (CSV or Parquet): feature scales and nearest-row fallback")
     p.add_argument("--label", help="label column to drop from --data and --train, if present")
     p.add_argument("--target", help="class to reach (default: the other class / cheapest other class)")
@@ -105,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
         bounds=bounds or None,
         monotone=monotone,
         method=args.method,
+        progress=not args.quiet,
     ).fit(train)
     table = ft.tweak(data, target=_target(args.target, ft.classes_))
     found = table["cost"].notna()

@@ -309,3 +309,12 @@ def test_messages_speak_the_command_line(files: tuple, tmp_path, capsys: pytest.
     assert main(["check", *_model_args(path, params, tmp_path / "text.csv")]) == 2
     err = capsys.readouterr().err
     assert "Map your labels to 0/1" in err and "scikit-learn" not in err
+
+
+def test_check_says_what_runs_unless_quiet(files: tuple, capsys: pytest.CaptureFixture) -> None:
+    _, path, params, train, _, _ = files
+    args = [a for a in _model_args(path, params, train) if a != "--quiet"]
+    assert main(["check", *args]) == 0
+    assert "recomputing every leaf value from 300 training rows" in capsys.readouterr().err
+    assert main(["check", *args, "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
