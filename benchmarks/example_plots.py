@@ -42,10 +42,8 @@ def main() -> None:
     p = model.predict(xgb.DMatrix(X_test))
     j = int(np.argmax(-np.log(np.where(y_test == 1, p, 1 - p))))
     one = ex.score_training_points(X_test.iloc[[j]], y_test[[j]])[X_test.index[j]]
-    _, ax = plt.subplots(figsize=(9, 5), layout="constrained")
-    plot_top_rows(one, X, y, n=6, features=["age", "education-num", "capital-gain"], ax=ax)
-    ax.set_title(f"Test row {j} (label {y_test[j]}, P(>50K) = {p[j]:.2f}):\n"
-                 "most harmful (top) and helpful rows")
+    ax = plot_top_rows(one, X, y, n=6, title=f"Test row {j} (label {y_test[j]}, P(>50K) = {p[j]:.2f}): "
+                                            "most harmful (top) and helpful rows")
     save(ax, "top_rows.png")
     mean = ex.score_training_points(X_test, y_test, aggregate="mean")
     save(plot_score_distribution(mean, np.where(y == 1, ">50K", "<=50K")), "score_distribution.png")

@@ -10,6 +10,7 @@ Sign convention: a score > 0 means the training row is harmful (drawn in red), <
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -149,7 +150,12 @@ def plot_top_rows(
     ax.bar_label(bars, labels=[f"{v / 10.0**power:+.3g}" for v in values[pick]], fontsize=7, padding=2)
     ax.margins(x=0.18)  # room for the values at the bars' ends
     ax.set_ylabel("training row | label | features")
-    ax.set_title(title or "Most harmful (top) and most helpful (bottom) training rows")
+    # Wrapped to the axes' width, the figure's less the row labels' (~9 characters of the title's
+    # font per inch): a long title naming the test point would otherwise run past the figure.
+    label_chars = max((len(t) for t in texts), default=0)
+    share = ax.get_position().width * ax.figure.get_figwidth()  # inches of the figure this axes spans
+    chars = max(30, int(9 * (share - 0.065 * label_chars)))
+    ax.set_title(textwrap.fill(title or "Most harmful (top) and most helpful (bottom) training rows", chars))
     return ax
 
 

@@ -130,10 +130,13 @@ def _adult_like(n: int = 400) -> tuple[pd.Series, pd.DataFrame, np.ndarray]:
 
 def test_every_plot_keeps_its_texts_inside_at_its_default_size(tmp_path) -> None:
     scores, X, y = _adult_like()
-    ax = plot_top_rows(scores, X, y)
+    title = "Test row 809 (label 1, P(>50K) = 0.00): most harmful (top) and most helpful training rows"
+    ax = plot_top_rows(scores, X, y, title=title)
     _texts_inside_and_apart(ax.figure)
     assert ax.xaxis.label.get_text().endswith(("x 1e-6", "x 1e-5"))
     assert len(ax.texts) == 10  # each bar carries its value
+    plt.close("all")
+    _texts_inside_and_apart(plot_top_rows(scores, X[["numeric-column-0"]], y, title=title).figure)
     plt.close("all")
     ax = plot_top_rows(scores, X, y, n=4)
     row7 = [t.get_text() for t in ax.get_yticklabels() if t.get_text().startswith("7 |")]
