@@ -18,6 +18,7 @@ from .errors import (
     UnsupportedModelError,
 )
 from .explainer import BoostingInfluence
+from .explanation import PredictionExplanation
 from .tweaking import FeatureTweaking
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "LongRunWarning",
     "MissingDependencyError",
     "NotFittedError",
+    "PredictionExplanation",
     "ReproductionError",
     "UnsupportedModelError",
 ]

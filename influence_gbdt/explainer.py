@@ -18,6 +18,7 @@ from . import distributed
 from ._settings import settings_repr
 from .engine import DEFAULT_CACHE_BYTES, InfluenceEngine, TestPoints
 from .errors import InputError, LongRunWarning, NotFittedError
+from .explanation import PredictionExplanation
 from .inputs import check_choice, check_rows, check_table, is_integer, is_sparse, n_columns
 from .results import Scores, keyed_table, row_labels, tidy_scores
 from .tabular import n_rows, take_rows
@@ -392,12 +393,76 @@ class BoostingInfluence:
             raise InputError("top_training_points needs one score per row: aggregate 'mean' or 'sum'.")
         scores = np.asarray(self.score_training_points(X, y, **score_kwargs))
         rows = self.engine_.resolve_rows(score_kwargs.get("training_points"))
+        return self._top_table(scores, rows, n, kind)
+
+    def _top_table(
+        self, scores: NDArray[np.float64], rows: NDArray[np.int64], n: int, kind: str
+    ) -> pd.DataFrame:
+        """The ``n`` rows of ``rows`` (r,) with the largest (``harmful``) or smallest scores (r,)."""
         order = np.argsort(-scores if kind == "harmful" else scores, kind="stable")[: int(n)]
         picked = rows[order]
         head = pd.DataFrame({"row": picked, "score": scores[order], "label": self._y_train[picked]})
         features = self._training_features(picked)
         features.columns = _free_names(list(features.columns), _TABLE_COLUMNS)
         return keyed_table(pd.concat([head, features], axis=1), self._train_index(), picked)
+
+    def explain_prediction(
+        self, x: Any, y: Any = None, *, n: int = 5, output: Any = None
+    ) -> PredictionExplanation:
+        """One test prediction explained: the model's prediction (and loss), and the training rows
+        most harmful and most helpful to it.
+
+        Parameters
+        ----------
+        x : DataFrame with one row, or array-like of shape (1, n_features)
+        y : label or array-like of shape (1,), optional
+            The row's label: the scores are then on its loss; without it, on the raw prediction
+            (``output`` selects the class of a multiclass model).
+        n : int
+            Rows shown per side.
+        output : class label or output index, optional
+            As in :meth:`score_training_points` (``on="prediction"`` only).
+
+        Returns
+        -------
+        PredictionExplanation
+            Prints as text (HTML in a notebook); ``.plot()`` draws it; ``.scores`` holds every
+            training row's score (> 0 = harmful).
+        """
+        engine = self._fitted_engine()
+        if not is_integer(n) or n < 0:
+            raise InputError(f"n must be an integer >= 0 (the rows to show per side), got {n!r}.")
+        if n_rows(check_table(x, "x")) != 1:
+            raise InputError("explain_prediction explains one test row: pass x.iloc[[j]] (and y[[j]]); "
+                             "score_training_points scores several.")
+        labels = None if y is None else np.asarray(y, dtype=object).reshape(-1)
+        on: Literal["loss", "prediction"] = "prediction" if labels is None else "loss"
+        scores = np.asarray(self.score_training_points(x, labels, on=on, output=output),
+                            dtype=np.float64).reshape(-1)
+        test = self._test_points(x, labels, on, None)
+        e = engine.ensemble
+        margin = np.asarray(engine.predict_margin(test), dtype=np.float64).reshape(1, -1)
+        proba = e.loss.class_probabilities(margin)
+        soft = test.y is not None and not np.isin(np.asarray(test.y), (0.0, 1.0)).all()
+        if e.loss.name == "logloss" and soft:
+            proba = None  # cross-entropy on a label in (0, 1): a probability, not a class
+        classes = self.adapter_.label_map().classes or range(0 if proba is None else proba.shape[1])
+        rows = np.arange(e.n_rows)
+        index = self._train_index()
+        return PredictionExplanation(
+            test_row=x.index[0] if isinstance(x, pd.DataFrame) else 0,
+            label=None if labels is None else _plain(labels[0]),
+            margin=margin[0],
+            probabilities=None if proba is None else {_plain(c): p for c, p in zip(classes, proba[0].tolist(),
+                                                                                   strict=True)},
+            loss=None if labels is None else float(e.loss.values(test.y, margin)[0]),
+            on=on,
+            harmful=self._top_table(scores, rows, n, "harmful"),
+            helpful=self._top_table(scores, rows, n, "helpful"),
+            scores=pd.Series(scores, index=index if index is not None else pd.RangeIndex(e.n_rows)),
+            X_train=self._X_train,
+            y_train=self._y_train,
+        )
 
     def find_label_issues(
         self,
@@ -688,6 +753,11 @@ class _Progress:
                 LongRunWarning,
                 stacklevel=2,
             )
+
+
+def _plain(value: Any) -> Any:
+    """A NumPy scalar as the Python value it holds (for printing), anything else unchanged."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _free_names(names: list[Any], taken: tuple[str, ...]) -> list[Any]:

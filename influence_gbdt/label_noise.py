@@ -118,20 +118,10 @@ def class_probabilities(engine: InfluenceEngine) -> NDArray[np.float64] | None:
     """The model's class probabilities of each training row, shape (n_train, n_classes); None for a
     model that does not predict classes (regression, or log loss on labels other than 0/1)."""
     e = engine.ensemble
-    margin = np.asarray(engine.train_margin, dtype=np.float64).reshape(e.n_rows, -1)
     y = np.asarray(e.y, dtype=np.float64).ravel()
-    if e.loss.name == "logloss":
-        if not np.all((y == 0) | (y == 1)):
-            return None
-        p1 = 1.0 / (1.0 + np.exp(-e.loss.params["sigma"] * margin[:, 0]))
-        return np.column_stack([1.0 - p1, p1])
-    if e.loss.name == "softmax":
-        z = np.exp(margin - margin.max(axis=1, keepdims=True))
-        return z / z.sum(axis=1, keepdims=True)
-    if e.loss.name == "one_vs_all":
-        p = 1.0 / (1.0 + np.exp(-margin))
-        return p / p.sum(axis=1, keepdims=True)
-    return None
+    if e.loss.name == "logloss" and not np.all((y == 0) | (y == 1)):
+        return None
+    return e.loss.class_probabilities(np.asarray(engine.train_margin, dtype=np.float64).reshape(e.n_rows, -1))
 
 
 def estimated_issue_count(engine: InfluenceEngine, loss_per_row: NDArray[np.float64]) -> int:

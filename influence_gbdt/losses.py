@@ -207,6 +207,21 @@ class Loss:
         """Per-row loss of margins ``margin`` (m,) or (m, K) for labels ``y``; shape (m,)."""
         return _values(self.code, self.prm, self.as_labels(y), _as_2d(margin))
 
+    def class_probabilities(self, margin: Any) -> NDArray[np.float64] | None:
+        """The class probabilities of margins ``margin`` (m,) or (m, K), shape (m, n_classes) (a
+        binary loss: [P(0), P(1)]); None for a loss that does not predict classes."""
+        m = _as_2d(margin)
+        if self.code == LOGLOSS:
+            p1 = 1.0 / (1.0 + np.exp(-self.params["sigma"] * m[:, 0]))
+            return np.column_stack([1.0 - p1, p1])
+        if self.code == SOFTMAX:
+            z = np.exp(m - m.max(axis=1, keepdims=True))
+            return np.asarray(z / z.sum(axis=1, keepdims=True), dtype=np.float64)
+        if self.code == ONE_VS_ALL:
+            p = 1.0 / (1.0 + np.exp(-m))
+            return np.asarray(p / p.sum(axis=1, keepdims=True), dtype=np.float64)
+        return None
+
     def gradients(self, y: Any, margin: Any) -> NDArray[np.float64]:
         """``dL/dm`` per row, shape (m, K)."""
         return self.grad_hess(y, margin)[0]

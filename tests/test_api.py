@@ -492,3 +492,37 @@ def test_influence_is_invariant_to_the_unit_of_the_weights(library: str) -> None
     np.testing.assert_allclose(2.0 * two["weight"], one["weight"], rtol=rtol,
                                atol=rtol * np.abs(one["weight"]).max())
     np.testing.assert_allclose(one["row"], one["weight"] * w[:, None], rtol=1e-12)
+
+
+def test_explain_prediction_prints_plots_and_matches_the_booster(fitted: tuple) -> None:
+    """One test row explained: the booster's own probability and log loss, the scores of
+    score_training_points for that row, the top rows of top_training_points, text and a figure."""
+    _, model, X, y, X_test, y_test = fitted
+    ex = BoostingInfluence(model, progress=False).fit(X, y)
+    row = X_test.iloc[[3]]
+    told = ex.explain_prediction(row, y_test[[3]], n=4)
+    p = float(model.predict_proba(row)[0, 1])
+    # The booster predicts in float32 (XGBoost, CatBoost); the engine sums float64 leaves.
+    assert told.probabilities is not None
+    assert told.probabilities[model.classes_[1]] == pytest.approx(p, rel=1e-5)
+    label_p = p if y_test[3] == model.classes_[1] else 1 - p
+    assert told.loss == pytest.approx(-np.log(label_p), rel=1e-5)
+    expected = np.asarray(ex.score_training_points(row, y_test[[3]])).reshape(-1)
+    np.testing.assert_array_equal(told.scores.to_numpy(), expected)
+    top = ex.top_training_points(row, y_test[[3]], n=4)
+    pd.testing.assert_frame_equal(told.harmful, top)
+    assert (told.helpful["score"].to_numpy() == np.sort(expected)[:4]).all()
+    text = repr(told)
+    assert text.startswith(f"Test row {row.index[0]} (label ")
+    assert "score > 0: the training row is harmful" in text
+    assert "<table" in told._repr_html_()
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    ax = told.plot()
+    assert ax.get_title().startswith(f"Test row {row.index[0]}") and len(ax.patches) == 8
+    plt.close("all")
+    unlabelled = ex.explain_prediction(row)
+    assert unlabelled.loss is None and unlabelled.on == "prediction"
+    with pytest.raises(InputError, match="one test row"):
+        ex.explain_prediction(X_test.iloc[:2], y_test[:2])
