@@ -88,9 +88,10 @@ class Goal:
 class Cost:
     """Cost of moving ``x`` to candidate rows.
 
-    ``kind`` "l1" (sum of scaled distances), "l2" (Euclidean), or a callable ``fn(x, V) -> (m,)`` on
-    encoded rows. A numerical feature's distance is ``|v - x| / scale``; changing a categorical one
-    costs ``weight``. NaN equals NaN.
+    ``kind`` "l1" (sum of scaled distances), "l2" (Euclidean), "l0" (the number of changed features,
+    then the Euclidean distance: ``count + tanh(l2)``, which orders rows by count first since
+    ``tanh < 1``), or a callable ``fn(x, V) -> (m,)`` on encoded rows. A numerical feature's
+    distance is ``|v - x| / scale``; changing a categorical one costs ``weight``. NaN equals NaN.
     """
 
     def __init__(
@@ -114,7 +115,10 @@ class Cost:
         """Cost from per-feature distances (m, n_features)."""
         if self.kind == "l1":
             return np.asarray(D.sum(axis=1))
-        return np.asarray(np.sqrt((D * D).sum(axis=1)))
+        l2 = np.sqrt((D * D).sum(axis=1))
+        if self.kind == "l0":
+            return np.asarray(np.count_nonzero(D > 0, axis=1) + np.tanh(l2))
+        return np.asarray(l2)
 
     def __call__(self, x: NDArray[np.float64], V: NDArray[np.float64]) -> NDArray[np.float64]:
         if not callable(self.kind):

@@ -28,8 +28,10 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--train", help="training data (CSV or Parquet): feature scales and nearest-row fallback")
     p.add_argument("--label", help="label column to drop from --data and --train, if present")
     p.add_argument("--target", help="class to reach (default: the other class / cheapest other class)")
-    p.add_argument("--cost", choices=["l2", "l1"], default="l2",
-                   help="distance to minimise, in feature scales: l2 (default) or l1")
+    p.add_argument("--cost", choices=["l2", "l1", "l0"], default="l2",
+                   help="distance to minimise, in feature scales: l2 (default), l1, or l0 (fewest changed "
+                        "features, then l2)")
+    p.add_argument("--max-changes", type=int, help="change at most this many features per row")
     p.add_argument("--epsilon", type=float, default=0.05, help="margin inside a split, in feature scales")
     p.add_argument("--method", choices=["combine", "paths", "exact"], default="combine",
                    help="combine (default): leaf paths and their intersections, refined; paths: one"
@@ -106,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
         bounds=bounds or None,
         monotone=monotone,
         method=args.method,
+        max_changes=args.max_changes,
         progress=not args.quiet,
     ).fit(train)
     table = ft.tweak(data, target=_target(args.target, ft.classes_))

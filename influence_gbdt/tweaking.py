@@ -50,12 +50,13 @@ class FeatureTweaking:
     epsilon : float, default=0.05
         How far inside a split's region a tweaked value is placed, in units of the feature's scale
         (the paper's epsilon): larger values are more robust, smaller ones cheaper.
-    cost : {"l2", "l1"} or callable, default="l2"
-        "l2": Euclidean norm of the per-feature scaled changes; "l1": their sum. A numerical change
-        of ``d`` counts ``|d| / scale``; changing a category counts ``categorical_cost``. A callable
-        ``cost(x, V) -> ndarray of shape (m,)`` receives one encoded row ``x`` (n_features,) and
-        candidate rows ``V`` (m, n_features) (categories as the trees' codes); ``method="exact"``
-        needs "l1" or "l2".
+    cost : {"l2", "l1", "l0"} or callable, default="l2"
+        "l2": Euclidean norm of the per-feature scaled changes; "l1": their sum; "l0": the fewest
+        changed features, then the smallest "l2" among those (reported as ``count + tanh(l2)``).
+        A numerical change of ``d`` counts ``|d| / scale``; changing a category counts
+        ``categorical_cost``. A callable ``cost(x, V) -> ndarray of shape (m,)`` receives one
+        encoded row ``x`` (n_features,) and candidate rows ``V`` (m, n_features) (categories as
+        the trees' codes); ``method="exact"`` needs "l1" or "l2".
     immutable : iterable of str or int, default=()
         Features (names or positions) that must not change.
     bounds : mapping, optional
@@ -82,6 +83,9 @@ class FeatureTweaking:
         Nearest target-class training rows offered as candidates (needs :meth:`fit` data).
     time_limit : float, default=10.0
         Seconds per row and class for "exact".
+    max_changes : int, optional
+        At most this many features may change; a row whose every valid candidate changes more gets
+        NaN, with the reason in the ``reason`` column.
     progress : bool, default=True
         Show a progress bar (tqdm) over the rows of :meth:`tweak` when there are more than a few.
 
@@ -123,6 +127,7 @@ class FeatureTweaking:
         rounds: int = 6,
         n_reference: int = 3,
         time_limit: float = 10.0,
+        max_changes: int | None = None,
         progress: bool = True,
     ) -> None:
         self.model = model
@@ -140,6 +145,7 @@ class FeatureTweaking:
         self.rounds = rounds
         self.n_reference = n_reference
         self.time_limit = time_limit
+        self.max_changes = max_changes
         self.progress = progress
 
     # ------------------------------------------------------------------ scikit-learn plumbing
@@ -240,10 +246,12 @@ class FeatureTweaking:
         """Refuse a constructor setting of the wrong type or range, naming it."""
         if not isinstance(self.method, str) or self.method not in _METHODS:
             raise InputError(f"method must be one of {_METHODS}, got {self.method!r}.")
-        if not callable(self.cost) and not (isinstance(self.cost, str) and self.cost in ("l1", "l2")):
-            raise InputError(f"cost must be 'l1', 'l2' or a callable, got {self.cost!r}.")
-        if self.method == "exact" and callable(self.cost):
+        if not callable(self.cost) and not (isinstance(self.cost, str) and self.cost in ("l0", "l1", "l2")):
+            raise InputError(f"cost must be 'l0', 'l1', 'l2' or a callable, got {self.cost!r}.")
+        if self.method == "exact" and (callable(self.cost) or self.cost == "l0"):
             raise InputError("method='exact' needs a separable cost: use cost='l1' or 'l2'.")
+        if self.max_changes is not None and not (is_integer(self.max_changes) and self.max_changes >= 1):
+            raise InputError(f"max_changes must be an integer >= 1 or None, got {self.max_changes!r}.")
         if not (is_number(self.epsilon) and np.isfinite(self.epsilon) and self.epsilon >= 0):
             raise InputError(
                 f"epsilon must be a finite number >= 0 (in feature scales), got {self.epsilon!r}."
@@ -428,8 +436,9 @@ class FeatureTweaking:
         DataFrame with n_rows rows, indexed like ``X`` (a DataFrame's own index, else 0..n_rows-1)
             The tweaked features (the input's columns and dtypes; all NaN where no tweak was found),
             then ``cost`` (NaN if none), ``prediction`` (the booster's own prediction of the tweaked
-            row), ``n_changed`` (features changed) and ``source`` (which candidate won: "unchanged",
-            "path", "combined", "training_row", "exact" or "none").
+            row), ``n_changed`` (features changed), ``source`` (which candidate won: "unchanged",
+            "path", "combined", "training_row", "exact" or "none") and ``reason`` (why a row has no
+            tweak; empty otherwise).
 
         Raises
         ------
@@ -512,6 +521,15 @@ class FeatureTweaking:
     ) -> pd.DataFrame:
         """Keep, per row, the cheapest candidate the booster itself assigns to a target class."""
         n, F = Z.shape
+        reason = np.full(n, "", dtype=object)
+        reason[[r.cost.size == 0 for r in results]] = "no candidate reaches the target class"
+        if self.max_changes is not None:
+            for k, r in enumerate(results):
+                same = (r.values == Z[k]) | (np.isnan(r.values) & np.isnan(Z[k]))
+                keep = (F - same.sum(axis=1)) <= int(self.max_changes)
+                if r.cost.size and not keep.any():
+                    reason[k] = f"every candidate changes more than max_changes={self.max_changes} features"
+                results[k] = Solutions(r.values[keep], r.cost[keep], r.source[keep])
         chosen = np.full(n, -1)
         pending = np.array([r.cost.size > 0 for r in results])
         attempt = np.zeros(n, dtype=np.int64)
@@ -529,6 +547,8 @@ class FeatureTweaking:
         out = np.full((n, F), np.nan)
         cost = np.full(n, np.nan)
         source = np.full(n, "none", dtype=object)
+        tried = np.array([r.cost.size > 0 for r in results]) & (chosen < 0) & (reason == "")
+        reason[tried] = "no candidate is assigned the target class by the booster's predict"
         for i in np.flatnonzero(chosen >= 0):
             out[i] = results[i].values[chosen[i]]
             cost[i] = results[i].cost[chosen[i]]
@@ -544,6 +564,7 @@ class FeatureTweaking:
         table["n_changed"] = pd.array(np.where(found, changed.sum(axis=1), 0), dtype="Int64")
         table.loc[~found, "n_changed"] = pd.NA
         table["source"] = source
+        table["reason"] = reason
         return table
 
     def explain(self, x: Any, target: Any = None) -> pd.DataFrame:

@@ -59,7 +59,7 @@ def test_tweak_writes_rows_the_model_file_assigns_to_the_target(files: tuple, ca
     printed = capsys.readouterr().out
     assert printed.startswith("Tweaked ") and f"Wrote 60 rows to {out}" in printed
     table = pd.read_csv(out)
-    assert list(table.columns) == ["a", "b", "c", "d", "cost", "prediction", "n_changed", "source"]
+    assert list(table.columns) == ["a", "b", "c", "d", "cost", "prediction", "n_changed", "source", "reason"]
     found = table["cost"].notna()
     assert found.mean() >= 0.9
     rows = table.loc[found, ["a", "b", "c", "d"]]

@@ -69,7 +69,8 @@ def test_every_returned_row_gets_the_target_class_from_the_booster(binary: tuple
     _, model = binary
     rows = _negatives(model)
     out = FeatureTweaking(model, method=method).fit(X).tweak(rows)
-    assert list(out.columns[4:]) == ["cost", "prediction", "n_changed", "source"] and len(out) == len(rows)
+    assert list(out.columns[4:]) == ["cost", "prediction", "n_changed", "source", "reason"]
+    assert len(out) == len(rows)
     found = out["cost"].notna().to_numpy()
     assert found.mean() >= 0.9
     tweaked = out.iloc[:, :4].to_numpy()[found]
@@ -344,3 +345,32 @@ def test_errors_name_the_cause() -> None:
         FeatureTweaking(model).fit(X).tweak(X[:2, :3])
     with pytest.raises(InputError, match="low"):
         FeatureTweaking(model, bounds={1: (2, 1)}).fit(X).tweak(X[:2])
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_l0_cost_and_max_changes(library: str) -> None:
+    """``cost="l0"`` changes the fewest features: never more than the "l2" answer, and no valid
+    single-feature change exists where it changes two (brute force over one feature's split values);
+    ``max_changes`` is honoured, or the row gets NaN and says why."""
+    model = _model(library, n_trees=15)
+    rows = _negatives(model, k=8)
+    l2 = FeatureTweaking(model).fit(X).tweak(rows)
+    l0 = FeatureTweaking(model, cost="l0").fit(X).tweak(rows)
+    both = l2["cost"].notna().to_numpy() & l0["cost"].notna().to_numpy()
+    assert both.sum() >= 6
+    assert (l0["n_changed"].to_numpy()[both] <= l2["n_changed"].to_numpy()[both]).all()
+    assert (model.predict(l0.iloc[:, :4].to_numpy()[both].astype(float)) == 1).all()
+    thresholds = [np.unique(np.r_[X[:, f], X[:, f] + 1e-3, X[:, f] - 1e-3]) for f in range(4)]
+    for i in np.flatnonzero(both & (l0["n_changed"].to_numpy() >= 2)):
+        for f in range(4):  # no single feature moved anywhere in the data's range flips the row
+            trial = np.repeat(rows[i][None, :], thresholds[f].size, axis=0)
+            trial[:, f] = thresholds[f]
+            assert not (model.predict(trial) == 1).any(), (i, f)
+    capped = FeatureTweaking(model, max_changes=1).fit(X).tweak(rows)
+    found = capped["cost"].notna().to_numpy()
+    assert (capped.loc[found, "n_changed"] <= 1).all() and (capped.loc[found, "reason"] == "").all()
+    assert capped.loc[~found, "reason"].str.contains("max_changes=1|target class").all()
+    with pytest.raises(InputError, match="max_changes"):
+        FeatureTweaking(model, max_changes=0).fit(X).tweak(rows)
+    with pytest.raises(InputError, match="separable cost"):
+        FeatureTweaking(model, cost="l0", method="exact").fit(X).tweak(rows)
