@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -404,7 +405,8 @@ class FeatureTweaking:
         return (1e-6 if s.float32_inputs else 1e-12) * (1.0 + reach)
 
     def _search_row(
-        self, point: Any, goals: list[Goal], rows_for: Callable[[int], Any], search: Search, cost: Cost
+        self, point: Any, goals: list[Goal], rows_for: Callable[[int], Any], search: Search, cost: Cost,
+        n_answers: int = 1,
     ) -> Solutions:
         found = Solutions.empty(point.x.size)
         for goal in goals:
@@ -418,9 +420,9 @@ class FeatureTweaking:
                     continue
             part = search.run(point, goal, rows)
             found.add(part.values, part.cost, part.source)
-        return found.best(search.keep + 1)
+        return found.best(search.keep + n_answers)
 
-    def tweak(self, X: Any, target: Any = None) -> pd.DataFrame:
+    def tweak(self, X: Any, target: Any = None, *, n_answers: int = 1) -> pd.DataFrame:
         """Cheapest tweak of every row of ``X`` towards ``target``.
 
         Parameters
@@ -430,6 +432,10 @@ class FeatureTweaking:
         target : label, array-like of shape (n_rows,), or None
             Class each row should reach. None: the other class (binary) or the cheapest other class
             (multiclass). Rows already predicted as their target are returned unchanged (cost 0).
+        n_answers : int, default=1
+            Up to this many valid tweaks per row, cheapest first, each changing a different set of
+            features (as DiCE's several counterfactuals); the index then has a second level,
+            ``answer`` (0 = the cheapest). Fewer when the search finds fewer.
 
         Returns
         -------
@@ -449,6 +455,8 @@ class FeatureTweaking:
         if not hasattr(self, "reader_"):
             self.fit()
         self._check_settings()  # set_params may have changed them since fit
+        if not (is_integer(n_answers) and n_answers >= 1):
+            raise InputError(f"n_answers must be an integer >= 1, got {n_answers!r}.")
         index = X.index if isinstance(X, pd.DataFrame) else None
         X = check_table(X, "X")
         codec = self._codec or Codec(self.reader_, X)
@@ -464,6 +472,7 @@ class FeatureTweaking:
             int(self.beam_width),
             int(self.pool),
             int(self.rounds),
+            keep=max(4, 2 * int(n_answers)),  # room for answers that change different features
         )
         current = self.reader_.predict_index(X)
         targets = self._targets(current, target)
@@ -478,10 +487,22 @@ class FeatureTweaking:
             point = self.grid_.point(Z[i], con, float(self.epsilon), decodable)
             goals = [Goal(s, c, threshold, delta) for c in targets[i]]
             rows_for = self._rows_for(point.x, point.frozen, con, cost)
-            results.append(self._search_row(point, goals, rows_for, search, cost))
-        table = self._verify(codec, Z, results, targets)
-        if index is not None:
-            table.index = index
+            found = self._search_row(point, goals, rows_for, search, cost, int(n_answers))
+            if n_answers > 1 and found.cost.size:
+                # Other answers: the search again without each feature the cheapest one changes.
+                first = ~((found.values[0] == Z[i]) | (np.isnan(found.values[0]) & np.isnan(Z[i])))
+                for f in np.flatnonzero(first)[: int(n_answers)]:
+                    fixed = replace(con, mutable=con.mutable & (np.arange(con.mutable.size) != f))
+                    other = self.grid_.point(Z[i], fixed, float(self.epsilon), decodable)
+                    part = self._search_row(other, goals, self._rows_for(other.x, other.frozen, fixed, cost),
+                                            search, cost, 1)
+                    found.add(part.values, part.cost, part.source)
+                found = found.best(search.keep + 2 * int(n_answers))
+            results.append(found)
+        table, owner, answer = self._verify(codec, Z, results, targets, int(n_answers))
+        labels = index if index is not None else pd.RangeIndex(n)
+        table.index = (labels[owner] if n_answers == 1
+                       else pd.MultiIndex.from_arrays([labels[owner], answer], names=[labels.name, "answer"]))
         return table
 
     def _decodable(self, codec: Codec) -> NDArray[np.bool_]:
@@ -517,55 +538,72 @@ class FeatureTweaking:
         return rows
 
     def _verify(
-        self, codec: Codec, Z: NDArray[np.float64], results: list[Solutions], targets: list[list[int]]
-    ) -> pd.DataFrame:
-        """Keep, per row, the cheapest candidate the booster itself assigns to a target class."""
+        self, codec: Codec, Z: NDArray[np.float64], results: list[Solutions], targets: list[list[int]],
+        n_answers: int = 1,
+    ) -> tuple[pd.DataFrame, NDArray[np.int64], NDArray[np.int64]]:
+        """Keep, per row, the ``n_answers`` cheapest candidates the booster itself assigns to a target
+        class, each changing another set of features; a row with none gets one line of NaN. Returns
+        the table and, per line, the input row it answers and the answer's number (0 = cheapest)."""
         n, F = Z.shape
-        reason = np.full(n, "", dtype=object)
+        reason: NDArray[np.object_] = np.full(n, "", dtype=object)
         reason[[r.cost.size == 0 for r in results]] = "no candidate reaches the target class"
+        # Per candidate, the features it changes (NaN equals NaN), shape (candidates, F) per row.
+        moved = [~((r.values == Z[k]) | (np.isnan(r.values) & np.isnan(Z[k]))) for k, r in enumerate(results)]
         if self.max_changes is not None:
             for k, r in enumerate(results):
-                same = (r.values == Z[k]) | (np.isnan(r.values) & np.isnan(Z[k]))
-                keep = (F - same.sum(axis=1)) <= int(self.max_changes)
+                keep = moved[k].sum(axis=1) <= int(self.max_changes)
                 if r.cost.size and not keep.any():
                     reason[k] = f"every candidate changes more than max_changes={self.max_changes} features"
-                results[k] = Solutions(r.values[keep], r.cost[keep], r.source[keep])
-        chosen = np.full(n, -1)
-        pending = np.array([r.cost.size > 0 for r in results])
+                results[k], moved[k] = Solutions(r.values[keep], r.cost[keep], r.source[keep]), moved[k][keep]
+        changed_sets = [[frozenset(np.flatnonzero(row).tolist()) for row in m] for m in moved]
+        chosen: list[list[int]] = [[] for _ in range(n)]
         attempt = np.zeros(n, dtype=np.int64)
+
+        def next_untried(k: int) -> bool:
+            """Move row ``k``'s attempt past candidates whose feature set is taken; whether any is left."""
+            taken = {changed_sets[k][a] for a in chosen[k]}
+            while attempt[k] < results[k].cost.size and changed_sets[k][attempt[k]] in taken:
+                attempt[k] += 1
+            return bool(attempt[k] < results[k].cost.size)
+
+        pending = np.array([next_untried(k) for k in range(n)])
         while pending.any():
             rows = np.flatnonzero(pending)
-            V = np.vstack([results[i].values[attempt[i]] for i in rows])
+            V = np.vstack([results[k].values[attempt[k]] for k in rows])
             predicted = self.reader_.predict_index(codec.decode(V))
-            for i, p in zip(rows, predicted, strict=True):
-                if p in targets[i] or results[i].source[attempt[i]] == 0:
-                    chosen[i] = attempt[i]
-                    pending[i] = False
-                else:
-                    attempt[i] += 1
-                    pending[i] = attempt[i] < results[i].cost.size
-        out = np.full((n, F), np.nan)
-        cost = np.full(n, np.nan)
-        source = np.full(n, "none", dtype=object)
-        tried = np.array([r.cost.size > 0 for r in results]) & (chosen < 0) & (reason == "")
+            for k, p in zip(rows.tolist(), predicted, strict=True):
+                unchanged = results[k].source[attempt[k]] == 0  # already in its target class
+                if p in targets[k] or unchanged:
+                    chosen[k].append(int(attempt[k]))
+                attempt[k] += 1
+                pending[k] = not unchanged and len(chosen[k]) < n_answers and next_untried(k)
+        none_valid = np.array([r.cost.size > 0 and not c for r, c in zip(results, chosen, strict=True)])
+        tried = none_valid & (reason == "")
         reason[tried] = "no candidate is assigned the target class by the booster's predict"
-        for i in np.flatnonzero(chosen >= 0):
-            out[i] = results[i].values[chosen[i]]
-            cost[i] = results[i].cost[chosen[i]]
-            source[i] = SOURCES[results[i].source[chosen[i]]]
-        found = chosen >= 0
+        lines = [(k, a, answer) for k in range(n) for answer, a in enumerate(chosen[k] or [-1])]
+        m = len(lines)
+        out = np.full((m, F), np.nan)
+        cost = np.full(m, np.nan)
+        source = np.full(m, "none", dtype=object)
+        for line, (k, a, _) in enumerate(lines):
+            if a >= 0:
+                out[line] = results[k].values[a]
+                cost[line] = results[k].cost[a]
+                source[line] = SOURCES[results[k].source[a]]
+        found = np.array([a >= 0 for _, a, _ in lines], dtype=bool)
         table = codec.frame(out)
-        prediction = np.full(n, np.nan, dtype=object)
+        prediction = np.full(m, np.nan, dtype=object)
         if found.any():
             prediction[found] = self.classes_[self.reader_.predict_index(codec.decode(out[found]))]
-        changed = ~((out == Z) | (np.isnan(out) & np.isnan(Z)))
+        Zl = Z[[k for k, _, _ in lines]]
+        changed = ~((out == Zl) | (np.isnan(out) & np.isnan(Zl)))
         table["cost"] = cost
         table["prediction"] = prediction
         table["n_changed"] = pd.array(np.where(found, changed.sum(axis=1), 0), dtype="Int64")
         table.loc[~found, "n_changed"] = pd.NA
         table["source"] = source
-        table["reason"] = reason
-        return table
+        table["reason"] = reason[[k for k, _, _ in lines]]
+        return table, np.array([k for k, _, _ in lines], dtype=np.int64), np.array([a for _, _, a in lines])
 
     def explain(self, x: Any, target: Any = None) -> pd.DataFrame:
         """The changed features of one row's cheapest tweak.

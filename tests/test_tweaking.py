@@ -374,3 +374,38 @@ def test_l0_cost_and_max_changes(library: str) -> None:
         FeatureTweaking(model, max_changes=0).fit(X).tweak(rows)
     with pytest.raises(InputError, match="separable cost"):
         FeatureTweaking(model, cost="l0", method="exact").fit(X).tweak(rows)
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_several_answers_change_different_features(library: str) -> None:
+    """``n_answers=3``: up to three tweaks per row, each valid per the booster's predict, cheapest
+    first, each changing another set of features; the first is the single answer's."""
+    frame, y = _frame()
+    if library == "catboost":
+        model = cb.CatBoostClassifier(iterations=30, depth=3, cat_features=["job"], one_hot_max_size=10,
+                                      **CB).fit(frame, y)
+    else:
+        frame = frame.assign(job=frame.job.astype("category"))
+        model = (xgb.XGBClassifier(n_estimators=30, max_depth=3, enable_categorical=True, n_jobs=1)
+                 if library == "xgboost" else
+                 lgb.LGBMClassifier(n_estimators=30, num_leaves=8, min_data_per_group=5, cat_smooth=1,
+                                    verbose=-1, n_jobs=1)).fit(frame, y)
+    rows = frame[model.predict(frame) == 0].head(6)
+    ft = FeatureTweaking(model).fit(frame)
+    one = ft.tweak(rows)
+    many = ft.tweak(rows, n_answers=3)
+    assert many.index.names == [rows.index.name, "answer"]
+    assert set(many.index.get_level_values(0)) == set(rows.index)
+    assert (many.groupby(level=0).size() <= 3).all() and (many.groupby(level=0).size() >= 2).mean() >= 0.5
+    found = many["cost"].notna().to_numpy()
+    assert (model.predict(many.loc[found, list(frame.columns)]) == 1).all()
+    for key, answers in many[found].groupby(level=0):
+        assert answers["cost"].is_monotonic_increasing
+        original = rows.loc[key]
+        sets = {frozenset(c for c in frame.columns if str(r[c]) != str(original[c]))
+                for _, r in answers.iterrows()}
+        assert len(sets) == len(answers)  # each answer changes another set of features
+    first = many.xs(0, level="answer")
+    np.testing.assert_array_equal(first["cost"].to_numpy(), one["cost"].to_numpy())
+    with pytest.raises(InputError, match="n_answers"):
+        ft.tweak(rows, n_answers=0)
