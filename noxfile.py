@@ -48,6 +48,14 @@ def coldstart(session: nox.Session) -> None:
 
 
 @nox.session
+def dice(session: nox.Session) -> None:
+    """FeatureTweaking next to DiCE's random and genetic counterfactuals on Adult and breast cancer,
+    each library's default classifier (dice-ml is installed here only) (~15 min at --rows 50)."""
+    session.install("-e", ".[all]", "dice-ml", "scikit-learn")
+    session.run("python", "benchmarks/dice_compare.py", *session.posargs)
+
+
+@nox.session
 def validation(session: nox.Session) -> None:
     """Studies against true retraining with each booster; writes docs/validation.md (~2 min)."""
     session.install("-e", ".[all]")

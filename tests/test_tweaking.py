@@ -409,3 +409,41 @@ def test_several_answers_change_different_features(library: str) -> None:
     np.testing.assert_array_equal(first["cost"].to_numpy(), one["cost"].to_numpy())
     with pytest.raises(InputError, match="n_answers"):
         ft.tweak(rows, n_answers=0)
+
+
+@pytest.mark.parametrize("classes", [2, 3])
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_default_models_on_frames_never_lose_to_the_nearest_training_row(library: str, classes: int) -> None:
+    """Each library's default classifier (its own defaults: 100 trees, or CatBoost's 1,000) on a
+    DataFrame with a categorical column, binary and 3-class: every tweak is valid per the booster's
+    predict, keeps the immutable feature, and costs no more than the nearest training row the
+    booster assigns to the target class that keeps it too (brute force, in the same cost: L2 of the
+    changes in training standard deviations, 1 per changed category)."""
+    frame, y = _frame()
+    if classes == 3:
+        y = np.digitize(frame["hours"] + 5 * (frame["job"] == "pilot"), [37.0, 43.0])
+    if library == "catboost":
+        model = cb.CatBoostClassifier(cat_features=["job"], one_hot_max_size=10, **CB).fit(frame, y)
+    else:
+        frame = frame.assign(job=frame["job"].astype("category"))
+        model = (xgb.XGBClassifier(enable_categorical=True, n_jobs=1) if library == "xgboost"
+                 else lgb.LGBMClassifier(verbose=-1, n_jobs=1)).fit(frame, y)
+    predicted = np.asarray(model.predict(frame)).ravel()
+    rows = frame[predicted == 0].head(8)
+    out = FeatureTweaking(model, immutable=["age"]).fit(frame).tweak(rows, target=1)
+    found = out["cost"].notna().to_numpy()
+    assert found.mean() >= 0.75
+    tweaked = out.loc[found, list(frame.columns)]
+    assert (np.asarray(model.predict(tweaked)).ravel() == 1).all()
+    assert (tweaked["age"].to_numpy() == rows["age"].to_numpy()[found]).all()
+    std = frame[["age", "hours"]].std()
+    targets = frame[predicted == 1]
+    for i in np.flatnonzero(found):
+        row = rows.iloc[i]
+        same_age = targets[targets["age"] == row["age"]]
+        if same_age.empty:
+            continue
+        d_hours = (same_age["hours"] - row["hours"]) / std["hours"]
+        d_job = (same_age["job"].astype(str) != str(row["job"])).astype(float)
+        nearest = float(np.sqrt(d_hours**2 + d_job**2).min())
+        assert out["cost"].iloc[i] <= nearest * (1 + 1e-9) + 1e-12
