@@ -88,7 +88,12 @@ class AsTrained:
     def frame(self, X: pd.DataFrame) -> pd.DataFrame:
         X = X[list(self.dtypes.index)].copy()
         for c, t in self.dtypes.items():
-            X[c] = X[c].astype(t) if isinstance(t, pd.CategoricalDtype) else pd.to_numeric(X[c])
+            if isinstance(t, pd.CategoricalDtype):
+                X[c] = X[c].astype(t)
+            elif pd.api.types.is_numeric_dtype(t):
+                X[c] = pd.to_numeric(X[c])
+            else:  # CatBoost's categories: text
+                X[c] = X[c].astype(str)
         return X
 
     def predict_proba(self, X: pd.DataFrame) -> np.ndarray:
