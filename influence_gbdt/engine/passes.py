@@ -246,10 +246,7 @@ def forward_one(  # noqa: C901 -- one loop nest over rounds, steps and the updat
             for gl in range(lay.leaf_off[t], lay.leaf_off[t + 1]):
                 out[gl] = trees.lr[t] * du[gl]
         _propagate(lay, r, t0, t1, track, i0, J, out)
-        if row_only:
-            advance_row(lay, sums.stored, r, A, i0)
-        else:
-            add_round(lay, r, A, sums.stored, 1.0)
+        _next_margins(lay, sums, r, A, i0, row_only)
     return out
 
 
@@ -369,11 +366,18 @@ def refit_one(  # noqa: C901 -- one loop nest over rounds and the rules
                 for j in range(n):
                     gl = lay.leaf_off[t] + lay.leaf[t, j]
                     delta[j, c] += out[gl] - sums.values[gl]
-        if row_only:
-            advance_row(lay, sums.stored, r, A, i0)
-        else:
-            add_round(lay, r, A, sums.stored, 1.0)
+        _next_margins(lay, sums, r, A, i0, row_only)
     return out
+
+
+@per_row
+def _next_margins(lay: Layout, sums: Sums, r: int, A: NDArray[np.float64], i0: int, row_only: bool) -> None:
+    """The original margins ``A`` after round ``r`` (the stored leaf values): row ``i0``'s only
+    where ``row_only`` (see :func:`reads_one_row`), else every row's."""
+    if row_only:
+        advance_row(lay, sums.stored, r, A, i0)
+    else:
+        add_round(lay, r, A, sums.stored, 1.0)
 
 
 @_internal
