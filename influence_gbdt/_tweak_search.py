@@ -85,6 +85,12 @@ class Goal:
         return change[:, self.klass] - change[:, rival]
 
 
+def changed_features(V: NDArray[np.float64], x: NDArray[np.float64]) -> NDArray[np.bool_]:
+    """Which features each candidate row of ``V`` (m, n_features), or one row (n_features,), changes
+    from ``x`` (n_features,) (NaN equals NaN); shaped like ``V``."""
+    return ~((V == x) | (np.isnan(V) & np.isnan(x)))
+
+
 class Cost:
     """Cost of moving ``x`` to candidate rows.
 
@@ -106,10 +112,9 @@ class Cost:
 
     def per_feature(self, x: NDArray[np.float64], V: NDArray[np.float64]) -> NDArray[np.float64]:
         """Scaled distance per feature, shape (m, n_features)."""
-        same = (V == x) | (np.isnan(V) & np.isnan(x))
         with np.errstate(invalid="ignore"):
             d = np.where(self.categorical, self.weight, np.abs(V - x) / self.scale)
-        return np.where(same, 0.0, d)
+        return np.where(changed_features(V, x), d, 0.0)
 
     def total(self, D: NDArray[np.float64]) -> NDArray[np.float64]:
         """Cost from per-feature distances (m, n_features)."""
@@ -390,7 +395,7 @@ class Search:
         """Rows equal to ``v`` except one changed feature moved to a cell between x's and v's."""
         g = self.grid
         x = point.x
-        changed = np.flatnonzero(~((v == x) | (np.isnan(v) & np.isnan(x))) & ~point.frozen)
+        changed = np.flatnonzero(changed_features(v, x) & ~point.frozen)
         rows = []
         for f in changed.tolist():
             kv = int(g.local_cell(f, v[f : f + 1])[0])

@@ -442,10 +442,7 @@ class BoostingInfluence:
         test = self._test_points(x, labels, on, None)
         e = engine.ensemble
         margin = np.asarray(engine.predict_margin(test), dtype=np.float64).reshape(1, -1)
-        proba = e.loss.class_probabilities(margin)
-        soft = test.y is not None and not np.isin(np.asarray(test.y), (0.0, 1.0)).all()
-        if e.loss.name == "logloss" and soft:
-            proba = None  # cross-entropy on a label in (0, 1): a probability, not a class
+        proba = e.loss.class_probabilities(margin, test.y)
         classes = self.adapter_.label_map().classes or range(0 if proba is None else proba.shape[1])
         rows = np.arange(e.n_rows)
         index = self._train_index()

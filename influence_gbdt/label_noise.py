@@ -118,10 +118,8 @@ def class_probabilities(engine: InfluenceEngine) -> NDArray[np.float64] | None:
     """The model's class probabilities of each training row, shape (n_train, n_classes); None for a
     model that does not predict classes (regression, or log loss on labels other than 0/1)."""
     e = engine.ensemble
-    y = np.asarray(e.y, dtype=np.float64).ravel()
-    if e.loss.name == "logloss" and not np.all((y == 0) | (y == 1)):
-        return None
-    return e.loss.class_probabilities(np.asarray(engine.train_margin, dtype=np.float64).reshape(e.n_rows, -1))
+    margin = np.asarray(engine.train_margin, dtype=np.float64).reshape(e.n_rows, -1)
+    return e.loss.class_probabilities(margin, e.y)
 
 
 def estimated_issue_count(engine: InfluenceEngine, loss_per_row: NDArray[np.float64]) -> int:

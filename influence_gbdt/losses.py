@@ -207,11 +207,14 @@ class Loss:
         """Per-row loss of margins ``margin`` (m,) or (m, K) for labels ``y``; shape (m,)."""
         return _values(self.code, self.prm, self.as_labels(y), _as_2d(margin))
 
-    def class_probabilities(self, margin: Any) -> NDArray[np.float64] | None:
+    def class_probabilities(self, margin: Any, y: Any = None) -> NDArray[np.float64] | None:
         """The class probabilities of margins ``margin`` (m,) or (m, K), shape (m, n_classes) (a
-        binary loss: [P(0), P(1)]); None for a loss that does not predict classes."""
+        binary loss: [P(0), P(1)]); None for a loss that does not predict classes, and for log loss
+        on labels ``y`` other than 0/1 (cross-entropy: the label is a probability, not a class)."""
         m = _as_2d(margin)
         if self.code == LOGLOSS:
+            if y is not None and not np.isin(np.asarray(y, dtype=np.float64), (0.0, 1.0)).all():
+                return None
             p1 = 1.0 / (1.0 + np.exp(-self.params["sigma"] * m[:, 0]))
             return np.column_stack([1.0 - p1, p1])
         if self.code == SOFTMAX:

@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from ._settings import settings_repr
 from ._tweak_codec import Codec
 from ._tweak_exact import solve
-from ._tweak_search import EXACT, ROW, SOURCES, Cost, Goal, Search, Solutions
+from ._tweak_search import EXACT, ROW, SOURCES, Cost, Goal, Search, Solutions, changed_features
 from ._tweak_space import Constraints, Grid
 from .errors import InputError, UnsupportedModelError
 from .inputs import check_table, is_integer, is_number
@@ -490,8 +490,7 @@ class FeatureTweaking:
             found = self._search_row(point, goals, rows_for, search, cost, int(n_answers))
             if n_answers > 1 and found.cost.size:
                 # Other answers: the search again without each feature the cheapest one changes.
-                first = ~((found.values[0] == Z[i]) | (np.isnan(found.values[0]) & np.isnan(Z[i])))
-                for f in np.flatnonzero(first)[: int(n_answers)]:
+                for f in np.flatnonzero(changed_features(found.values[0], Z[i]))[: int(n_answers)]:
                     fixed = replace(con, mutable=con.mutable & (np.arange(con.mutable.size) != f))
                     other = self.grid_.point(Z[i], fixed, float(self.epsilon), decodable)
                     part = self._search_row(other, goals, self._rows_for(other.x, other.frozen, fixed, cost),
@@ -523,7 +522,7 @@ class FeatureTweaking:
             if self.reference_ is None or k <= 0:
                 return None
             R = self._reference_by_class[klass]
-            same = (R == x) | (np.isnan(R) & np.isnan(x))
+            same = ~changed_features(R, x)
             ok = np.all(same | (con.mutable & ~frozen), axis=1)
             with np.errstate(invalid="ignore"):
                 inside = (R >= con.lower) & (R <= con.upper) & (~con.integer | (R == np.round(R)))
@@ -547,8 +546,7 @@ class FeatureTweaking:
         n, F = Z.shape
         reason: NDArray[np.object_] = np.full(n, "", dtype=object)
         reason[[r.cost.size == 0 for r in results]] = "no candidate reaches the target class"
-        # Per candidate, the features it changes (NaN equals NaN), shape (candidates, F) per row.
-        moved = [~((r.values == Z[k]) | (np.isnan(r.values) & np.isnan(Z[k]))) for k, r in enumerate(results)]
+        moved = [changed_features(r.values, Z[k]) for k, r in enumerate(results)]  # (candidates, F) per row
         if self.max_changes is not None:
             for k, r in enumerate(results):
                 keep = moved[k].sum(axis=1) <= int(self.max_changes)
@@ -581,6 +579,7 @@ class FeatureTweaking:
         tried = none_valid & (reason == "")
         reason[tried] = "no candidate is assigned the target class by the booster's predict"
         lines = [(k, a, answer) for k in range(n) for answer, a in enumerate(chosen[k] or [-1])]
+        owner = np.array([k for k, _, _ in lines], dtype=np.int64)
         m = len(lines)
         out = np.full((m, F), np.nan)
         cost = np.full(m, np.nan)
@@ -595,15 +594,14 @@ class FeatureTweaking:
         prediction = np.full(m, np.nan, dtype=object)
         if found.any():
             prediction[found] = self.classes_[self.reader_.predict_index(codec.decode(out[found]))]
-        Zl = Z[[k for k, _, _ in lines]]
-        changed = ~((out == Zl) | (np.isnan(out) & np.isnan(Zl)))
+        changed = changed_features(out, Z[owner])
         table["cost"] = cost
         table["prediction"] = prediction
         table["n_changed"] = pd.array(np.where(found, changed.sum(axis=1), 0), dtype="Int64")
         table.loc[~found, "n_changed"] = pd.NA
         table["source"] = source
-        table["reason"] = reason[[k for k, _, _ in lines]]
-        return table, np.array([k for k, _, _ in lines], dtype=np.int64), np.array([a for _, _, a in lines])
+        table["reason"] = reason[owner]
+        return table, owner, np.array([answer for _, _, answer in lines])
 
     def explain(self, x: Any, target: Any = None) -> pd.DataFrame:
         """The changed features of one row's cheapest tweak.
