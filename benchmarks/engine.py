@@ -4,6 +4,8 @@ n = 32,561 training rows, 100 trees of 64 leaves (depth 6), binary log loss, New
 Run: ``python benchmarks/engine.py`` (or ``nox -s bench``). Numba compilation is excluded by a
 warm-up call on a tiny problem. Targets on a 2-core machine (issue 2): one test point <= 0.03 s,
 100 test points <= 1 s, mean test loss <= 0.05 s, leaf_refit <= 20 ms per removed row.
+A second table runs the same operations on 1, 2, 4, ... threads up to the machine's cores (issue
+27's many-core table: ``--n 300000``).
 """
 
 from __future__ import annotations
@@ -156,6 +158,33 @@ def main() -> None:
     print("|---|---:|---|---|")
     for name, unit, sec, target in results:
         print(f"| {name} | {sec:.4g} | {unit} | {target} |")
+    thread_scaling(engine.ensemble, sub, rows)
+
+
+def thread_counts() -> list[int]:
+    """1, 2, 4, ... up to this machine's cores, and the core count itself."""
+    cores = os.cpu_count() or 1
+    return sorted({1 << i for i in range(cores.bit_length()) if 1 << i <= cores} | {cores})
+
+
+def thread_scaling(ensemble: TreeEnsemble, sub, rows: np.ndarray) -> None:
+    """The same engine's operations on 1, 2, 4, ... threads, in one run (best of repeats)."""
+    columns = ("replay (fit)", "1 test point", "100 test points", "mean loss of 1,000", "leaf_refit per row")
+    table = {}
+    for k in thread_counts():
+        t0 = time.perf_counter()
+        engine = InfluenceEngine(ensemble, n_threads=k)
+        replay = time.perf_counter() - t0
+        table[k] = (replay, timed(lambda e=engine: e.influence_reverse(sub(1)), 5),
+                    timed(lambda e=engine: e.influence_reverse(sub(100)), 2),
+                    timed(lambda e=engine: e.influence_reverse(sub(1000), aggregate="mean"), 5),
+                    timed(lambda e=engine: e.leaf_refit(sub(100), rows=rows), 1) / rows.size)
+    print("\nThreads (`InfluenceEngine(..., n_threads=k)`; seconds, and the speed-up over 1 thread):\n")
+    print("| threads | " + " | ".join(columns) + " |")
+    print("|---:|" + "---:|" * len(columns))
+    for k, times in table.items():
+        cells = [f"{t:.4g} ({table[1][i] / t:.2f}x)" for i, t in enumerate(times)]
+        print(f"| {k} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

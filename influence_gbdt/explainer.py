@@ -29,7 +29,7 @@ _BASE_SCORES = ("refit", "fixed")
 _AGGREGATES = (None, "mean", "sum")
 _INFLUENCE_UNITS = ("row", "weight")
 _PARAMS = ("model", "method", "update_set", "k", "base_score", "progress", "params", "max_memory",
-           "influence_unit")
+           "influence_unit", "n_threads")
 _SCORE_KWARGS = ("aggregate", "training_points", "on", "output", "init_score")
 _TABLE_COLUMNS = ("row", "score", "label")
 #: Peak memory of fit per (tree, training row), bytes: the booster's leaf-index output, our int32
@@ -91,6 +91,12 @@ class BoostingInfluence:
         weights ``w`` and ``2 w`` is the same model). ``"weight"``: the derivative ``dL/dw_i`` per
         unit of sample weight (the paper's LeafInfluence), which halves when the weights double.
         Without sample weights (every ``w_i = 1``) both are the same.
+    n_threads : int, optional
+        Threads for scoring; default: every core (numba's thread count, which
+        ``NUMBA_NUM_THREADS`` sets), as the boosters use them. Test points are swept in batches
+        split over the threads; LeafRefit and forward mode split the training rows they score.
+        The scores are the same, bit for bit, for any count. (:meth:`fit`'s replay of the trees
+        and the sweep of a single test point or of an aggregate run on one thread.)
 
     Attributes
     ----------
@@ -124,6 +130,7 @@ class BoostingInfluence:
         params: Mapping[str, Any] | None = None,
         max_memory: float = 4e9,
         influence_unit: Literal["row", "weight"] = "row",
+        n_threads: int | None = None,
     ) -> None:
         self.model = model
         self.method = method
@@ -134,6 +141,7 @@ class BoostingInfluence:
         self.params = params
         self.max_memory = max_memory
         self.influence_unit = influence_unit
+        self.n_threads = n_threads
 
     # ------------------------------------------------------------------------------------------
     # scikit-learn protocol
@@ -149,9 +157,10 @@ class BoostingInfluence:
     def set_params(self, **params: Any) -> BoostingInfluence:
         """Change constructor settings, as in scikit-learn; returns self.
 
-        ``method``, ``update_set``, ``k``, ``base_score``, ``progress``, ``max_memory`` and
-        ``influence_unit`` act at scoring time, so a fitted explainer keeps its fit. Changing
-        ``model`` or ``params`` discards the fit: call :meth:`fit` again before scoring.
+        ``method``, ``update_set``, ``k``, ``base_score``, ``progress``, ``max_memory``,
+        ``influence_unit`` and ``n_threads`` act at scoring time, so a fitted explainer keeps its
+        fit. Changing ``model`` or ``params`` discards the fit: call :meth:`fit` again before
+        scoring.
         """
         unknown = set(params) - set(_PARAMS)
         if unknown:
@@ -547,6 +556,10 @@ class BoostingInfluence:
                 f"max_memory must be a positive number of bytes (e.g. 4e9; float('inf') for no limit), "
                 f"got {mm!r}."
             )
+        if self.n_threads is not None and (not is_integer(self.n_threads) or self.n_threads < 1):
+            raise InputError(
+                f"n_threads must be None (every core) or an integer >= 1, got {self.n_threads!r}."
+            )
         if self.params is not None and not isinstance(self.params, Mapping):
             raise InputError(f"params must be a mapping such as {{'eta': 0.1}}, got {self.params!r}.")
         if not isinstance(self.progress, (bool, np.bool_)):
@@ -585,6 +598,7 @@ class BoostingInfluence:
             raise NotFittedError(
                 "model or params changed since fit: call fit(X_train, y_train) again for the new model."
             )
+        self.engine_.n_threads = self.n_threads
         return self.engine_
 
     def _test_points(self, X: Any, y: ArrayLike | None, on: str, init_score: ArrayLike | None) -> TestPoints:

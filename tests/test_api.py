@@ -526,3 +526,54 @@ def test_explain_prediction_prints_plots_and_matches_the_booster(fitted: tuple) 
     assert unlabelled.loss is None and unlabelled.on == "prediction"
     with pytest.raises(InputError, match="one test row"):
         ex.explain_prediction(X_test.iloc[:2], y_test[:2])
+
+
+def _default_classifier(library: str, X: pd.DataFrame, y: np.ndarray) -> object:
+    """The library's classifier with its defaults (CatBoost: quiet, no files)."""
+    if library == "xgboost":
+        import xgboost
+        from sklearn.preprocessing import LabelEncoder
+
+        return xgboost.XGBClassifier().fit(X, LabelEncoder().fit_transform(y))
+    if library == "lightgbm":
+        import lightgbm
+
+        return lightgbm.LGBMClassifier(verbose=-1).fit(X, y)
+    import catboost
+
+    return catboost.CatBoostClassifier(verbose=0, allow_writing_files=False).fit(X, y)
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_scores_do_not_depend_on_the_thread_count(library: str, n_classes: int) -> None:
+    """Each library's default classifier, binary and 3 classes (text labels where the wrapper takes
+    them): the scores of a batch of test points, of their mean loss and of LeafRefit are the same,
+    bit for bit, on 1, 2 and every thread; and each test point's column is the one it gets when
+    scored alone (a sweep of its own: for one-output models another layout and order of loops)."""
+    X, y, X_test, y_test = binary_data(n=300, n_test=12)
+    if n_classes == 3:
+        y, y_test = (np.where(X["b"] > 0.5, 2, y), np.where(X_test["b"] > 0.5, 2, y_test))
+    names = np.array(["low", "high", "other"])
+    if library != "xgboost":  # XGBClassifier takes encoded labels only
+        y, y_test = names[y], names[y_test]
+    model = _default_classifier(library, X, y)
+    ex = BoostingInfluence(model, progress=False, n_threads=1).fit(X, y)
+    rows = np.arange(0, len(X), 37)
+
+    def scores(method: str, X_: pd.DataFrame, y_: np.ndarray, **kw: object) -> np.ndarray:
+        return np.asarray(ex.set_params(method=method).score_training_points(X_, y_, **kw))
+
+    expected = (scores("leaf_influence", X_test, y_test),
+                scores("leaf_influence", X_test, y_test, aggregate="mean"),
+                scores("leaf_refit", X_test, y_test, training_points=rows))
+    alone = np.column_stack([scores("leaf_influence", X_test.iloc[[i]], y_test[[i]])[:, 0]
+                             for i in range(len(X_test))])
+    np.testing.assert_array_equal(expected[0], alone)
+    for threads in (2, None):
+        ex.set_params(n_threads=threads)
+        np.testing.assert_array_equal(scores("leaf_influence", X_test, y_test), expected[0])
+        np.testing.assert_array_equal(scores("leaf_influence", X_test, y_test, aggregate="mean"), expected[1])
+        np.testing.assert_array_equal(scores("leaf_refit", X_test, y_test, training_points=rows), expected[2])
+    with pytest.raises(InputError, match="n_threads"):
+        BoostingInfluence(model, n_threads=0).fit(X, y)

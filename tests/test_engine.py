@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from influence_gbdt.engine import InfluenceEngine, TestPoints
+from influence_gbdt.engine.team import CHUNK_ROWS
 from influence_gbdt.ensemble import TreeEnsemble
 from influence_gbdt.errors import InputError, ReproductionError
 
@@ -207,6 +208,39 @@ def test_the_derivative_cache_changes_no_score(name: str) -> None:
         expected = bare.influence_reverse(test, **kw)
         assert _rel(engine.influence_reverse(test, **kw), expected) < 1e-12
         assert _rel(half.influence_reverse(test, **kw), expected) < 1e-12
+
+
+@pytest.mark.parametrize(("name", "n"), [(name, 60) for name in CONFIGS] + [
+    (name, 3 * CHUNK_ROWS + 123) for name in K1  # the models a team sweeps (class factors: small n only)
+    if not {"renew", "dataset_rule", "objective_rule", "base_newton"} & set(CONFIGS[name])])
+def test_a_batch_scores_each_point_as_its_own_sweep_for_any_thread_count(name: str, n: int) -> None:
+    """Bit for bit, not within a tolerance: test points swept together (for one-output models in
+    the batched layout of ``engine.reverse1``, weight adjoints summed after the sweep) get the
+    scores each gets from a sweep of its own, on 1, 2, 3 or 4 threads (a point alone or the
+    aggregate: one sweep whose rows the threads split, in 4 chunks for the larger ``n``), in
+    batches of 3 or all, with the derivative cache full, half or absent."""
+    spec = random_spec(3, n=n, **CONFIGS[name])
+    engine, test = InfluenceEngine(spec.ensemble()), TestPoints(spec.test_leaf, spec.offset_test, spec.y_test)
+    e = engine.ensemble
+    steps = engine.cached_steps[1]
+    engines = [engine, InfluenceEngine(spec.ensemble(), cache_bytes=0),
+               InfluenceEngine(spec.ensemble(), cache_bytes=32 * e.n_rows * max(steps // 2, 1))]
+    m = spec.y_test.shape[0]
+
+    def point(i: int) -> TestPoints:
+        return TestPoints(spec.test_leaf[:, [i]], spec.offset_test[[i]], spec.y_test[[i]])
+
+    for eng in engines:
+        for kw in ({}, {"on": "prediction", **_outputs(spec)[-1]}):
+            eng.n_threads = 1
+            alone = np.column_stack([eng.influence_reverse(point(i), **kw)[:, 0] for i in range(m)])
+            mean = eng.influence_reverse(test, aggregate="mean", **kw)
+            for threads in (1, 2, 3, 4):
+                eng.n_threads = threads
+                for chunk in (3, m):
+                    np.testing.assert_array_equal(eng.influence_reverse(test, chunk_size=chunk, **kw), alone)
+                np.testing.assert_array_equal(eng.influence_reverse(test, aggregate="mean", **kw), mean)
+                np.testing.assert_array_equal(eng.influence_reverse(point(0), **kw)[:, 0], alone[:, 0])
 
 
 @pytest.mark.parametrize("name", CONFIGS)

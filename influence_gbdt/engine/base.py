@@ -149,3 +149,14 @@ class BaseMargin:
                 d_r = d_r + e.dataset_factor_derivative @ ((self._P - r[None, :] * self._Q) * per_unit)
             self._derivative = (d_r / total[None, :]) @ self._jacobian(r).T
         return self._derivative
+
+
+def products(a: NDArray[np.float64], b: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``a @ b.T`` for ``a`` (B, k) and ``b`` (n, k) with a small ``k``, each entry summed over
+    ``k`` in order, so that it does not depend on how many rows ``a`` has (a BLAS product may sum
+    in another order, by a last bit, for another B: scores would then change with the thread
+    count, which splits the test points into other batches)."""
+    out = a[:, :1] * b[None, :, 0]
+    for c in range(1, a.shape[1]):
+        out += a[:, c : c + 1] * b[None, :, c]
+    return out

@@ -38,8 +38,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..ensemble import TreeEnsemble
 from ..errors import InputError, ReproductionError
-from . import passes
-from .base import BaseMargin
+from . import passes, reverse1
+from .base import BaseMargin, products
 from .common import ALL, NONE, TOPK, leaf_sums
 from .state import State, build_state, derivative_cache_slots, sorted_rows
 
@@ -84,7 +84,11 @@ class InfluenceEngine:
     ensemble : TreeEnsemble
         The description produced by an adapter (or built directly for tests).
     n_threads : int, optional
-        Threads for scoring (default: numba's thread count).
+        Threads for scoring (default: numba's thread count, every core unless
+        ``NUMBA_NUM_THREADS`` says otherwise): the test points' batches of reverse mode and the
+        scored rows of LeafRefit and forward mode are split over them. Scores do not depend on it,
+        bit for bit (each entry is summed in one order whatever the batch). Settable after
+        construction (``engine.n_threads = 4``; None = the default).
     cache_bytes : float, default 1e9
         Most memory for the derivative cache: the replay keeps every row's loss derivatives at
         the leaf steps it computes first, as many as fit (32 bytes per row and step), for models
@@ -114,7 +118,7 @@ class InfluenceEngine:
         self.ensemble = e = ensemble
         if e.n_rows < 1:
             raise InputError("The ensemble needs training rows.")
-        self.n_threads = max(1, int(n_threads or numba.get_num_threads()))
+        self.n_threads = n_threads
         self.cache_bytes = cache_bytes
         self._dfac = self._combined_factor_derivative()
         # Rows sorted by leaf (4 bytes per tree and row) serve LeafRefit, forward mode and renewed
@@ -132,6 +136,15 @@ class InfluenceEngine:
         self._set_leaf_values(self._state.sums.values)
         self._group_v = np.bincount(e.weight_group, e.user_weight, e.n_groups)
         self._base = BaseMargin(e)
+
+    @property
+    def n_threads(self) -> int:
+        """Threads for scoring (see the class docstring)."""
+        return self._n_threads
+
+    @n_threads.setter
+    def n_threads(self, value: int | None) -> None:
+        self._n_threads = max(1, int(value or numba.get_num_threads()))
 
     @property
     def cached_steps(self) -> tuple[int, int]:
@@ -421,7 +434,7 @@ class InfluenceEngine:
             total_coef = coef.sum(axis=0) / (coef.shape[0] if aggregate == "mean" else 1.0)
             per_point = coef / (coef.shape[0] if aggregate == "mean" else 1.0)
             c_leaf = self._leaf_coefficients(leaves, per_point, aggregate=True)
-            scores = self._reverse_scores(c_leaf, total_coef[None, :], d_base)[0]
+            scores = self._reverse_scores(c_leaf, total_coef[None, :], d_base, self.n_threads)[0]
             if progress is not None:
                 progress(leaves.shape[1])  # every test point is done
             return scores[idx]
@@ -429,14 +442,15 @@ class InfluenceEngine:
         fits = int(REVERSE_BATCH_BYTES / (8.0 * e.n_rows * (e.n_outputs + 1)))
         per_batch = max(1, min(int(chunk_size), fits))
         out = np.empty((idx.size, m))
-        # Equal batches, at least one per thread: 100 test points on two threads sweep 50 + 50,
-        # not 64 + 36.
-        n_batches = max(-(-m // per_batch), min(self.n_threads, m))
-        chunks = [c for c in np.array_split(np.arange(m), n_batches) if c.size]
+        if m <= per_batch and m < 2 * self.n_threads:  # few points: one sweep, the threads split its rows
+            chunks, team = [np.arange(m)], self.n_threads
+        else:  # equal batches, at least one per thread: 100 points on two threads sweep 50 + 50, not 64 + 36
+            n_batches = max(-(-m // per_batch), min(self.n_threads, m))
+            chunks, team = [c for c in np.array_split(np.arange(m), n_batches) if c.size], 1
 
         def batch(cols: NDArray[np.int64]) -> NDArray[np.float64]:
             c_leaf = self._leaf_coefficients(leaves[:, cols], coef[cols], aggregate=False)
-            return self._reverse_scores(c_leaf, coef[cols], d_base)
+            return self._reverse_scores(c_leaf, coef[cols], d_base, team)
 
         for cols, block in zip(chunks, self._map(batch, chunks), strict=True):
             out[:, cols] = block[:, idx].T
@@ -525,21 +539,26 @@ class InfluenceEngine:
         return np.concatenate(parts, axis=0)
 
     def _reverse_scores(
-        self, c_leaf: NDArray[np.float64], coef_sum: NDArray[np.float64], d_base: NDArray[np.float64]
+        self, c_leaf: NDArray[np.float64], coef_sum: NDArray[np.float64], d_base: NDArray[np.float64],
+        team: int,
     ) -> NDArray[np.float64]:
         """Scores per unit of user weight of every training row, (B, n), for objectives whose
         leaf coefficients are ``c_leaf`` (B, n_total) and whose test margins' derivative summed
-        over their test points is ``coef_sum`` (B, K) (the base margin's direct channel)."""
+        over their test points is ``coef_sum`` (B, K) (the base margin's direct channel); one
+        sweep, its rows split over ``team`` threads where the model's sweep can split them."""
         e = self.ensemble
         st = self._state
-        w_bar, a0_bar, big_w_bar = passes.reverse(st.lay, st.trees, st.rows, st.loss, st.sums, st.cache,
-                                                  st.joint,
-                                                  st.renewed, self._margin, np.ascontiguousarray(c_leaf))
+        if reverse1.applies(st, c_leaf.shape[0]):
+            w_bar, a0_bar, big_w_bar = reverse1.reverse(st, self._margin, c_leaf, team)
+        else:
+            w_bar, a0_bar, big_w_bar = passes.reverse(st.lay, st.trees, st.rows, st.loss, st.sums, st.cache,
+                                                      st.joint, st.renewed, self._margin,
+                                                      np.ascontiguousarray(c_leaf))
         total = e.weight_factor[None, :] * (w_bar + big_w_bar[:, None])
-        total += (a0_bar + coef_sum) @ d_base.T
+        total += products(a0_bar + coef_sum, d_base)
         if self._dfac is not None:
             gamma = np.stack([np.bincount(e.weight_group, e.user_weight * wb, e.n_groups) for wb in w_bar])
-            total += (gamma + big_w_bar[:, None] * self._group_v[None, :]) @ self._dfac.T
+            total += products(gamma + big_w_bar[:, None] * self._group_v[None, :], self._dfac)
         return total
 
     def _leaf_coefficients(

@@ -23,7 +23,7 @@ from .. import _jit as numba
 from ..ensemble import TreeEnsemble, check_weight_sum
 from ..errors import UnsupportedModelError
 from ..losses import grad_hess
-from .base import BaseMargin
+from .base import BaseMargin, products
 from .common import add_leaf_mass, add_round, mark_top, round_sizes, step_point
 from .core import InfluenceEngine, TestPoints
 from .plain import (
@@ -237,7 +237,7 @@ def sweep_scores(state: State, part: Partition, a0_bar: NDArray[np.float64],
     _, _, w_bar = state
     e = part.ensemble
     d_base = part.engine._dbase_every_row(refit_base)
-    total = e.weight_factor[None, :] * (w_bar + big_w_bar[:, None]) + (a0_bar + coef_sum) @ d_base.T
+    total = e.weight_factor[None, :] * (w_bar + big_w_bar[:, None]) + products(a0_bar + coef_sum, d_base)
     return np.ascontiguousarray(total.T)
 
 

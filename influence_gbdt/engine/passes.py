@@ -26,7 +26,7 @@ from .. import _jit as numba
 from . import backtracking, plain
 from . import joint as joint_rule
 from . import renewed as renewed_rule
-from .common import NONE, add_round, advance_row, per_row, round_sizes, select_leaves
+from .common import NONE, add_round, advance_row, every_step_cached, per_row, round_sizes, select_leaves
 from .state import Backtrack, Cache, Joint, Layout, LossSpec, Renewed, Rows, Sums, Trees
 
 _jit = numba.njit(cache=True, nogil=True)
@@ -85,17 +85,6 @@ def replay(
 # Reverse
 
 
-@_internal
-def _every_step_cached(lay: Layout, trees: Trees, cache: Cache) -> bool:
-    """Whether the derivative cache holds every leaf step the replay took."""
-    for r in range(lay.round_ptr.shape[0] - 1):
-        t0 = lay.round_ptr[r]
-        for s in range(trees.n_steps[t0]):
-            if cache.der_slot[lay.step_ptr[t0] + s] < 0:
-                return False
-    return True
-
-
 @_jit
 def reverse(
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, joint: Joint | None,
@@ -124,7 +113,7 @@ def reverse(
     u_bar = np.empty((B, most_leaves))
     g_bar = np.empty((B, most_slots))
     d_bar = np.empty((B, most_slots))
-    every_step_cached = _every_step_cached(lay, trees, cache)  # then the margins are never needed
+    every = every_step_cached(lay, trees, cache)  # then the margins are never needed
     for r in range(lay.round_ptr.shape[0] - 2, -1, -1):
         t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
         rl0 = lay.leaf_off[t0]
@@ -138,7 +127,7 @@ def reverse(
         renewed_round = renewed is not None and renewed.renew[t0]
         plain.gather_adjoints(lay, r, a_bar, u_bar)
         plain.leaf_adjoints(lay, trees, sums, r, n, u_bar, g_bar, d_bar, big_w_bar, renewed_round)
-        if not every_step_cached:  # margins entering the round, for the derivatives not cached
+        if not every:  # margins entering the round, for the derivatives not cached
             add_round(lay, r, A, sums.stored, -1.0)
         if renewed is not None and renewed.renew[t0]:
             renewed_rule.reverse_tree(lay, rows.y, renewed, t0, A, u_bar, rl0, a_bar, w_bar)
