@@ -7,7 +7,9 @@ row (all_points), and for the 1e6-row case the peak memory above the data (the s
 ``VmHWM``, reset once the data is built, minus what it then holds; ours measured after the
 booster trained) and the mean test loss over 10,000 rows.
 
-Run: ``python benchmarks/speed.py [--quick] [--big-rows N]`` (or ``nox -s bench``). Compilation is
+Run: ``python benchmarks/speed.py [--quick] [--big-rows N] [--tables adult,multiclass,big,threads]
+[--libraries lightgbm,xgboost,catboost]`` (or ``nox -s bench``). The ``threads`` table scores each
+default on 1, 2, 4, ... threads up to the machine's cores. Compilation is
 excluded (a warm-up on a small model first); the machine's load is not: run it on an idle machine
 for figures to compare with the targets.
 """
@@ -155,6 +157,24 @@ def multiclass_row(library: str, n: int) -> dict[str, Any]:
             "trees": bi.engine_.ensemble.n_trees}
 
 
+def thread_rows(library: str, quick: bool) -> dict[int, dict[str, float]]:
+    """``library``'s default on Adult scored on 1, 2, 4, ... threads up to the machine's cores
+    (``BoostingInfluence(n_threads=k)``; the same fitted model, best of repeats)."""
+    from engine import thread_counts  # benchmarks/engine.py
+
+    X, y, Xt, yt = adult(quick)
+    model = default_model(library).fit(X, y)
+    bi = BoostingInfluence(model, progress=False).fit(X, y)
+    out = {}
+    for k in thread_counts():
+        bi.set_params(n_threads=k)
+        out[k] = {"one_s": min(timed(lambda: bi.score_training_points(Xt[:1], yt[:1]))[0] for _ in range(5)),
+                  "many_s": min(timed(lambda: bi.score_training_points(Xt, yt))[0] for _ in range(2)),
+                  "mean_s": min(timed(lambda: bi.score_training_points(Xt, yt, aggregate="mean"))[0]
+                                for _ in range(5))}
+    return out
+
+
 def warm_up() -> None:
     """Compile (or load from the cache) every kernel the table uses, on a tiny model."""
     X, y, Xt, yt = adult(True)
@@ -178,24 +198,52 @@ def main() -> None:
     parser.add_argument("--big-rows", type=int, default=1_000_000)
     parser.add_argument("--refit-rows", type=int, default=10)
     parser.add_argument("--multiclass-rows", type=int, default=50_000)
+    parser.add_argument("--tables", default="adult,multiclass,big,threads",
+                        help="comma-separated tables to print (default: all)")
+    parser.add_argument("--libraries", default=",".join(LIBRARIES), help="comma-separated (default: all)")
     args = parser.parse_args()
     big = 20_000 if args.quick else args.big_rows
+    tables = args.tables.split(",")
+    libraries = [library for library in LIBRARIES if library in args.libraries.split(",")]
     warm_up()
+    if "adult" in tables:
+        adult_table(libraries, args.quick, args.refit_rows)
+    if "multiclass" in tables:
+        multiclass_table(libraries, 5_000 if args.quick else args.multiclass_rows)
+    if "big" in tables:
+        big_table(libraries, big)
+    if "threads" in tables:
+        threads_table(libraries, args.quick)
+
+
+def threads_table(libraries: list[str], quick: bool) -> None:
+    print("\n| default on Adult | threads | 1 test point | 100 test points | mean loss of 100 |")
+    print("|---|---:|---:|---:|---:|")
+    for library in libraries:
+        rows = thread_rows(library, quick)
+        for k, r in rows.items():
+            cells = [f"{r[c]:.4f} s ({rows[1][c] / r[c]:.2f}x)" for c in ("one_s", "many_s", "mean_s")]
+            print(f"| {library} | {k} | " + " | ".join(cells) + " |", flush=True)
+
+
+def adult_table(libraries: list[str], quick: bool, refit_rows: int) -> None:
     print("| model | booster training | our fit | 1 test point | 100 test points (x one) | "
           "leaf_refit per row |")
     print("|---|---|---|---|---|---|")
-    for library in LIBRARIES:
-        r = adult_row(library, args.quick, args.refit_rows)
+    for library in libraries:
+        r = adult_row(library, quick, refit_rows)
         print(f"| {library} default | {r['train_s']:.2f} s | {r['fit_s']:.2f} s | {r['one_s']:.3f} s | "
               f"{r['many_s']:.3f} s ({r['many_s'] / r['one_s']:.1f}x) | {r['refit_ms_per_row']:.0f} ms |",
               flush=True)
-    n_mc = 5_000 if args.quick else args.multiclass_rows
+
+
+def multiclass_table(libraries: list[str], n_mc: int) -> None:
     print("\n| 10 classes, covertype-like (54 features) | rows | trees | booster training | our fit | "
           "1 test point | 100 test points (x one) |")
     print("|---|---|---|---|---|---|---|")
     # CatBoost's default grows 1000 trees x 10 classes: at 50,000 rows its leaf indices exceed the
     # default max_memory (4 GB), so it is also measured on a fifth of the rows.
-    runs = [(library, n_mc) for library in LIBRARIES] + [("catboost", n_mc // 5)]
+    runs = [(library, n_mc) for library in libraries] + [("catboost", n_mc // 5)] * ("catboost" in libraries)
     for library, n in runs:
         r = multiclass_row(library, n)
         if "refused" in r:
@@ -204,10 +252,13 @@ def main() -> None:
             continue
         print(f"| {library} default | {n:,} | {r['trees']} | {r['train_s']:.1f} s | {r['fit_s']:.1f} s | "
               f"{r['one_s']:.3f} s | {r['many_s']:.3f} s ({r['many_s'] / r['one_s']:.1f}x) |", flush=True)
+
+
+def big_table(libraries: list[str], big: int) -> None:
     print(f"\n| {big:,} rows x 20 features, 100 trees | booster training | our fit | "
           "peak memory above data (ours / booster's) | mean test loss, 10,000 rows |")
     print("|---|---|---|---|---|")
-    for library in LIBRARIES:
+    for library in libraries:
         r = big_row(library, big, 10_000)
         print(f"| {library} | {r['train_s']:.1f} s | {r['fit_s']:.1f} s | "
               f"{r['peak_above_data_gb']:.2f} / {r['booster_peak_above_data_gb']:.2f} GB | "
