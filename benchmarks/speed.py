@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -121,8 +122,12 @@ def _big_case(library: str, n: int, n_test: int) -> dict[str, float]:
 def big_row(library: str, n: int, n_test: int) -> dict[str, float]:
     code = (f"import json, benchmarks.speed as s; "
             f"print(json.dumps(s._big_case({library!r}, {n}, {n_test})))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          cwd=Path(__file__).resolve().parents[1])
+    # -P: not the working directory first on sys.path, so that the package comes from PYTHONPATH
+    # where it is set (benchmarks/side_by_side.py's versions); this checkout's benchmarks after it.
+    root = str(Path(__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), root) if p)
+    done = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, check=True,
+                          cwd=root, env={**os.environ, "PYTHONPATH": path})
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 

@@ -58,6 +58,8 @@ class Work(NamedTuple):
     u_bar: NDArray[np.float64]  # (B, most leaves of a round) the leaf level's
     g_bar: NDArray[np.float64]  # (B, most slots of a round)
     d_bar: NDArray[np.float64]  # (B, most slots of a round)
+
+
 #: Rows per block of the deferred weight pass (its (block, B) sums stay in the L1/L2 cache).
 BLOCK_ROWS = 1024
 
