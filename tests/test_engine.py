@@ -19,7 +19,7 @@ from engine_reference import Spec, balanced_counts, balanced_weights, loss_value
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from influence_gbdt.engine import InfluenceEngine, TestPoints
+from influence_gbdt.engine import InfluenceEngine, TestPoints, reverse1
 from influence_gbdt.engine.team import CHUNK_ROWS
 from influence_gbdt.ensemble import TreeEnsemble
 from influence_gbdt.errors import InputError, ReproductionError
@@ -213,7 +213,9 @@ def test_the_derivative_cache_changes_no_score(name: str) -> None:
 @pytest.mark.parametrize(("name", "n"), [(name, 60) for name in CONFIGS] + [
     (name, 3 * CHUNK_ROWS + 123) for name in K1  # the models a team sweeps (class factors: small n only)
     if not {"renew", "dataset_rule", "objective_rule", "base_newton"} & set(CONFIGS[name])])
-def test_a_batch_scores_each_point_as_its_own_sweep_for_any_thread_count(name: str, n: int) -> None:
+def test_a_batch_scores_each_point_as_its_own_sweep_for_any_thread_count(
+    name: str, n: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Bit for bit, not within a tolerance: test points swept together (for one-output models in
     the batched layout of ``engine.reverse1``, weight adjoints summed after the sweep) get the
     scores each gets from a sweep of its own, on 1, 2, 3 or 4 threads (a point alone or the
@@ -241,6 +243,9 @@ def test_a_batch_scores_each_point_as_its_own_sweep_for_any_thread_count(name: s
                     np.testing.assert_array_equal(eng.influence_reverse(test, chunk_size=chunk, **kw), alone)
                 np.testing.assert_array_equal(eng.influence_reverse(test, aggregate="mean", **kw), mean)
                 np.testing.assert_array_equal(eng.influence_reverse(point(0), **kw)[:, 0], alone[:, 0])
+            with monkeypatch.context() as patch:  # no memory to keep the steps: weights summed in the sweep
+                patch.setattr(reverse1, "KEPT_BYTES", 0.0)
+                np.testing.assert_array_equal(eng.influence_reverse(test, chunk_size=m, **kw), alone)
 
 
 @pytest.mark.parametrize("name", CONFIGS)

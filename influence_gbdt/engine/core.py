@@ -434,7 +434,7 @@ class InfluenceEngine:
             total_coef = coef.sum(axis=0) / (coef.shape[0] if aggregate == "mean" else 1.0)
             per_point = coef / (coef.shape[0] if aggregate == "mean" else 1.0)
             c_leaf = self._leaf_coefficients(leaves, per_point, aggregate=True)
-            scores = self._reverse_scores(c_leaf, total_coef[None, :], d_base, self.n_threads)[0]
+            scores = self._reverse_scores(c_leaf, total_coef[None, :], d_base, self.n_threads, 1)[0]
             if progress is not None:
                 progress(leaves.shape[1])  # every test point is done
             return scores[idx]
@@ -448,9 +448,11 @@ class InfluenceEngine:
             n_batches = max(-(-m // per_batch), min(self.n_threads, m))
             chunks, team = [c for c in np.array_split(np.arange(m), n_batches) if c.size], 1
 
+        concurrent = min(len(chunks), self.n_threads)
+
         def batch(cols: NDArray[np.int64]) -> NDArray[np.float64]:
             c_leaf = self._leaf_coefficients(leaves[:, cols], coef[cols], aggregate=False)
-            return self._reverse_scores(c_leaf, coef[cols], d_base, team)
+            return self._reverse_scores(c_leaf, coef[cols], d_base, team, concurrent)
 
         for cols, block in zip(chunks, self._map(batch, chunks), strict=True):
             out[:, cols] = block[:, idx].T
@@ -540,16 +542,17 @@ class InfluenceEngine:
 
     def _reverse_scores(
         self, c_leaf: NDArray[np.float64], coef_sum: NDArray[np.float64], d_base: NDArray[np.float64],
-        team: int,
+        team: int, concurrent: int,
     ) -> NDArray[np.float64]:
         """Scores per unit of user weight of every training row, (B, n), for objectives whose
         leaf coefficients are ``c_leaf`` (B, n_total) and whose test margins' derivative summed
         over their test points is ``coef_sum`` (B, K) (the base margin's direct channel); one
-        sweep, its rows split over ``team`` threads where the model's sweep can split them."""
+        sweep, its rows split over ``team`` threads where the model's sweep can split them, while
+        ``concurrent`` such sweeps run at once."""
         e = self.ensemble
         st = self._state
-        if reverse1.applies(st, c_leaf.shape[0]):
-            w_bar, a0_bar, big_w_bar = reverse1.reverse(st, self._margin, c_leaf, team)
+        if reverse1.applies(st):
+            w_bar, a0_bar, big_w_bar = reverse1.reverse(st, self._margin, c_leaf, team, concurrent)
         else:
             w_bar, a0_bar, big_w_bar = passes.reverse(st.lay, st.trees, st.rows, st.loss, st.sums, st.cache,
                                                       st.joint, st.renewed, self._margin,

@@ -9,7 +9,9 @@ chosen. Private to the engine.
 - :func:`refit_many`: every leaf recomputed with one training row deleted (the paper's
   Algorithms 1-3), with an update set.
 
-Each pass walks the rounds and hands each one to its leaf rule: :mod:`.plain` (Newton or gradient
+(The reverse sweep of one-output models with plain rounds runs in :mod:`.reverse1` instead, on a
+team of threads; :mod:`.core` chooses it.) Each pass walks the rounds and hands each one to its
+leaf rule: :mod:`.plain` (Newton or gradient
 steps), :mod:`.joint` (one joint softmax step), :mod:`.renewed` (quantile leaves) or
 :mod:`.backtracking` (AnyImprovement). The rule groups of a model without such trees are None, and
 the tests ``group is not None`` are decided when numba compiles: a plain model compiles the plain

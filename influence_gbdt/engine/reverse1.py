@@ -13,10 +13,11 @@ and the passes over the rows:
   per step for the whole batch, and the batch's arithmetic runs over contiguous memory;
 - a round's row update and the next round's leaf gather are one pass over the rows, split over
   the team by chunks; one thread does each round's leaf level between two barriers;
-- for more than two objectives the weight adjoints are summed after the sweep, block of rows by
-  block of rows over all rounds, from the leaf-sum adjoints of every step, kept as ``(n_slots,
-  B)``: the sweep itself then writes only the margin adjoints (``n x B``, which stays in the
-  processor's cache for a batch of a few dozen objectives on ~30,000 rows).
+- for more than two objectives the weight adjoints are summed after the sweep (where memory
+  allows), block of rows by block of rows over all rounds, from the leaf-sum adjoints of every
+  step, kept as ``(n_slots, B)``: the sweep itself then writes only the margin adjoints (``n x
+  B``, which stays in the processor's cache for a batch of a few dozen objectives on ~30,000
+  rows).
 
 Derivatives the replay did not cache are recomputed at the margins entering the round, rebuilt by
 subtraction from the final ones, as the general sweep does. :func:`applies` says which models and
@@ -40,7 +41,8 @@ from .team import CHUNK_ROWS, barrier, n_chunks, own_rows
 
 _internal = numba.njit(cache=True, nogil=True, internal=True)
 
-#: Most memory (bytes) the kept leaf-sum adjoints of every step may take (``16 * n_slots * B``).
+#: Most memory (bytes) the kept leaf-sum adjoints of every step may take (``16 * n_slots * B``), in
+#: all the sweeps that run at once.
 KEPT_BYTES = 256e6
 
 
@@ -92,10 +94,11 @@ def _start_round(lay: Layout, r: int, c_leaf: NDArray[np.float64], PT: NDArray[n
 
 @_internal
 def _leaf_level(lay: Layout, trees: Trees, sums: Sums, r: int, n: int, c_leaf: NDArray[np.float64],
-                work: Work) -> None:
+                work: Work, defer: bool) -> None:
     """Round ``r``'s leaf level, by one thread: its leaves' adjoints (the chunks' sums in chunk
     order), through its steps (:func:`.plain.leaf_adjoints`) to its leaf-sum adjoints in
-    ``work.GT``, ``work.DT``; then round ``r - 1``'s sums started."""
+    ``work.GT``, ``work.DT`` (kept for every step if ``defer``, else the round's from row 0);
+    then round ``r - 1``'s sums started."""
     PT, u_bar = work.PT, work.u_bar
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     n_round = lay.leaf_off[t1] - lay.leaf_off[t0]
@@ -108,10 +111,11 @@ def _leaf_level(lay: Layout, trees: Trees, sums: Sums, r: int, n: int, c_leaf: N
             u_bar[b, gl] = PT[0, gl, b]
     leaf_adjoints(lay, trees, sums, r, n, u_bar, work.g_bar, work.d_bar, work.big_w_bar, False)
     rs0 = lay.sl_off[lay.step_ptr[t0]]
+    o = rs0 if defer else 0
     for k in range(lay.sl_off[lay.step_ptr[t1]] - rs0):
         for b in range(PT.shape[2]):
-            work.GT[rs0 + k, b] = work.g_bar[b, k]
-            work.DT[rs0 + k, b] = work.d_bar[b, k]
+            work.GT[o + k, b] = work.g_bar[b, k]
+            work.DT[o + k, b] = work.d_bar[b, k]
     if r > 0:
         _start_round(lay, r - 1, c_leaf, PT)
 
@@ -119,12 +123,12 @@ def _leaf_level(lay: Layout, trees: Trees, sums: Sums, r: int, n: int, c_leaf: N
 @_internal
 def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per row costs more than its arithmetic
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, r: int, every: bool,
-    A: NDArray[np.float64], j0: int, j1: int, GT: NDArray[np.float64], DT: NDArray[np.float64],
+    A: NDArray[np.float64], j0: int, j1: int, GT: NDArray[np.float64], DT: NDArray[np.float64], base: int,
     aT: NDArray[np.float64], with_margins: bool, W: NDArray[np.float64], with_weights: bool,
     PT: NDArray[np.float64], gather: bool,
 ) -> None:
     """Rows ``j0 .. j1 - 1`` through round ``r``'s row level, from its steps' leaf-sum adjoints
-    ``GT``, ``DT`` (n_slots, B): each row's margin adjoints ``aT[j]`` (B,) if
+    ``GT``, ``DT`` (step-leaf slot - ``base``, B): each row's margin adjoints ``aT[j]`` (B,) if
     ``with_margins``, its weight adjoints ``W[j - j0]`` (B,) if ``with_weights``, then (if
     ``gather``) its margin adjoints into round ``r - 1``'s leaves, the sums of its chunk ``PT[j //
     CHUNK_ROWS]`` (leaves of the round, B). ``A`` (j1 - j0, 1) holds the rows' margins leaving
@@ -159,7 +163,7 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
                     h, dh = prm[0], 0.0
                 wdg, wdh = w[j] * dg, w[j] * dh
             if single and B == 1:  # one objective: scalars (a loop of one costs 1.5x the sweep)
-                k = first[s, 0] + leaf[t0, j]
+                k = first[s, 0] - base + leaf[t0, j]
                 gb = GT[k, 0]
                 dd = DT[k, 0]
                 if with_margins:
@@ -168,7 +172,7 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
                     W[jj, 0] += (0.0 + (gb * g + dd * h)) if newton[0] else (0.0 + (gb * g + dd))
                 continue
             if single:  # the batch's loops are plain arithmetic on contiguous memory
-                k = first[s, 0] + leaf[t0, j]
+                k = first[s, 0] - base + leaf[t0, j]
                 if with_margins and newton[0]:
                     for b in range(B):
                         aT[j, b] += (0.0 + GT[k, b]) * wdg + (0.0 + DT[k, b]) * wdh
@@ -187,7 +191,7 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
                 gamma = 0.0
                 acc = 0.0
                 for t in range(t0, t1):
-                    k = first[s, t - t0] + leaf[t, j]
+                    k = first[s, t - t0] - base + leaf[t, j]
                     gb = GT[k, b]
                     dd = DT[k, b]
                     beta += gb
@@ -213,7 +217,7 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
 @_internal
 def _row_pass_one(
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, r: int, every: bool,
-    A: NDArray[np.float64], j0: int, j1: int, GT: NDArray[np.float64], DT: NDArray[np.float64],
+    A: NDArray[np.float64], j0: int, j1: int, GT: NDArray[np.float64], DT: NDArray[np.float64], base: int,
     aT: NDArray[np.float64], W: NDArray[np.float64], PT: NDArray[np.float64], gather: bool,
 ) -> None:
     """:func:`_row_pass` (margins and weights) for one objective and a round of one tree (the
@@ -242,8 +246,8 @@ def _row_pass_one(
                 if h < prm[0]:  # the booster's floored hessian is constant in the margin
                     h, dh = prm[0], 0.0
                 wdg, wdh = w[j] * dg, w[j] * dh
-            gb = GT[k, 0]
-            dd = DT[k, 0]
+            gb = GT[k - base, 0]
+            dd = DT[k - base, 0]
             a += (0.0 + gb) * wdg + ((0.0 + dd) if newton else 0.0) * wdh
             if newton:
                 wj += 0.0 + (gb * g + dd * h)
@@ -273,7 +277,7 @@ def _weights_after(
         if not every:
             A[: j1 - j0] = A_final[j0:j1]
         for r in range(lay.round_ptr.shape[0] - 2, -1, -1):
-            _row_pass(lay, trees, rows, loss, sums, cache, r, every, A, j0, j1, work.GT, work.DT, work.aT,
+            _row_pass(lay, trees, rows, loss, sums, cache, r, every, A, j0, j1, work.GT, work.DT, 0, work.aT,
                       False, W, True, work.PT, False)
         for b in range(B):
             for jj in range(j1 - j0):
@@ -284,10 +288,12 @@ def _weights_after(
 def sweep(
     tid: int, n_team: int, bar: NDArray[np.int64], lay: Layout, trees: Trees, rows: Rows, loss: LossSpec,
     sums: Sums, cache: Cache, A_final: NDArray[np.float64], c_leaf: NDArray[np.float64], work: Work,
+    defer: bool,
 ) -> None:
     """Thread ``tid``'s part of the sweep of a team of ``n_team`` (see :mod:`.team`): the rows of
     its chunks; thread 0 also the leaf level of every round and ``work.a0_bar``. Fills
-    ``work.w_bar``, ``work.a0_bar``, ``work.big_w_bar`` (see :func:`reverse`)."""
+    ``work.w_bar``, ``work.a0_bar``, ``work.big_w_bar`` (see :func:`reverse`); the weight
+    adjoints after the sweep if ``defer``, else in it."""
     B, n = work.w_bar.shape
     R = lay.round_ptr.shape[0] - 1
     every = every_step_cached(lay, trees, cache)
@@ -299,37 +305,40 @@ def sweep(
         _start_round(lay, R - 1, c_leaf, PT)
     for r in range(R - 1, -1, -1):
         if tid == 0:
-            _leaf_level(lay, trees, sums, r, n, c_leaf, work)
+            _leaf_level(lay, trees, sums, r, n, c_leaf, work, defer)
         barrier(bar, n_team)
         t0 = lay.round_ptr[r]
+        base = 0 if defer else lay.sl_off[lay.step_ptr[t0]]
         if B == 1 and lay.round_ptr[r + 1] == t0 + 1:
-            _row_pass_one(lay, trees, rows, loss, sums, cache, r, every, A, j0, j1, work.GT, work.DT, aT, W,
-                          PT, r > 0)
+            _row_pass_one(lay, trees, rows, loss, sums, cache, r, every, A, j0, j1, work.GT, work.DT, base,
+                          aT, W, PT, r > 0)
         else:
-            _row_pass(lay, trees, rows, loss, sums, cache, r, every, A, j0, j1, work.GT, work.DT, aT, True, W,
-                      B <= 2, PT, r > 0)
+            _row_pass(lay, trees, rows, loss, sums, cache, r, every, A, j0, j1, work.GT, work.DT, base, aT,
+                      True, W, not defer, PT, r > 0)
         barrier(bar, n_team)
     if tid == 0:
         for j in range(n):
             for b in range(B):
                 work.a0_bar[b, 0] += aT[j, b]
-    if B > 2:
+    if defer:
         _weights_after(lay, trees, rows, loss, sums, cache, every, A_final, j0, j1, work)
 
 
-def applies(st: State, B: int) -> bool:
-    """Whether :func:`reverse` sweeps ``B`` objectives of this model: one output, plain rounds
-    only, and every step's leaf-sum adjoints within :data:`KEPT_BYTES`."""
-    return (st.loss.K == 1 and st.joint is None and st.renewed is None
-            and int(st.lay.sl_off[-1]) * B * 16.0 <= KEPT_BYTES)
+def applies(st: State) -> bool:
+    """Whether :func:`reverse` sweeps this model: one output, plain rounds only. (Decided by the
+    model alone, never by the batch or the threads: the scores must not depend on them.)"""
+    return st.loss.K == 1 and st.joint is None and st.renewed is None
 
 
 def reverse(
-    st: State, A_final: NDArray[np.float64], c_leaf: NDArray[np.float64], threads: int,
+    st: State, A_final: NDArray[np.float64], c_leaf: NDArray[np.float64], threads: int, concurrent: int = 1,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
     """:func:`.passes.reverse` of a model :func:`applies` to (same results), by a team of up to
-    ``threads`` threads (one per chunk of rows at most): ``c_leaf`` (B, n_total) from the test
-    side; returns ``w_bar`` (B, n), ``a0_bar`` (B, 1), ``big_w_bar`` (B,)."""
+    ``threads`` threads (one per chunk of rows at most), while ``concurrent`` such sweeps run at
+    once: ``c_leaf`` (B, n_total) from the test side; returns ``w_bar`` (B, n), ``a0_bar`` (B, 1),
+    ``big_w_bar`` (B,). The weight adjoints are summed after the sweep for more than two objectives
+    when every step's leaf-sum adjoints of the ``concurrent`` sweeps fit in :data:`KEPT_BYTES`,
+    else in it (the same sums in the same order)."""
     B = c_leaf.shape[0]
     n = A_final.shape[0]
     lay = st.lay
@@ -337,10 +346,12 @@ def reverse(
     round_slots = lay.sl_off[lay.step_ptr[lay.round_ptr[1:]]] - lay.sl_off[lay.step_ptr[lay.round_ptr[:-1]]]
     most_leaves, most_slots = int(round_leaves.max(initial=0)), int(round_slots.max(initial=0))
     n_slots = int(lay.sl_off[-1])
+    defer = B > 2 and n_slots * B * 16.0 * concurrent <= KEPT_BYTES
+    kept = n_slots if defer else most_slots
     work = Work(A=A_final.copy(), aT=np.zeros((n, B)), w_bar=np.zeros((B, n)), a0_bar=np.zeros((B, 1)),
-                big_w_bar=np.zeros(B), PT=np.zeros((n_chunks(n), most_leaves, B)), GT=np.empty((n_slots, B)),
-                DT=np.empty((n_slots, B)), u_bar=np.empty((B, most_leaves)), g_bar=np.empty((B, most_slots)),
+                big_w_bar=np.zeros(B), PT=np.zeros((n_chunks(n), most_leaves, B)), GT=np.empty((kept, B)),
+                DT=np.empty((kept, B)), u_bar=np.empty((B, most_leaves)), g_bar=np.empty((B, most_slots)),
                 d_bar=np.empty((B, most_slots)))
     team.run(sweep, max(1, min(int(threads), n_chunks(n))), st.lay, st.trees, st.rows, st.loss, st.sums,
-             st.cache, A_final, np.ascontiguousarray(c_leaf), work)
+             st.cache, A_final, np.ascontiguousarray(c_leaf), work, defer)
     return work.w_bar, work.a0_bar, work.big_w_bar
