@@ -162,15 +162,6 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
                 if h < prm[0]:  # the booster's floored hessian is constant in the margin
                     h, dh = prm[0], 0.0
                 wdg, wdh = w[j] * dg, w[j] * dh
-            if single and B == 1:  # one objective: scalars (a loop of one costs 1.5x the sweep)
-                k = first[s, 0] - base + leaf[t0, j]
-                gb = GT[k, 0]
-                dd = DT[k, 0]
-                if with_margins:
-                    aT[j, 0] += (0.0 + gb) * wdg + ((0.0 + dd) if newton[0] else 0.0) * wdh
-                if with_weights:
-                    W[jj, 0] += (0.0 + (gb * g + dd * h)) if newton[0] else (0.0 + (gb * g + dd))
-                continue
             if single:  # the batch's loops are plain arithmetic on contiguous memory
                 k = first[s, 0] - base + leaf[t0, j]
                 if with_margins and newton[0]:
@@ -207,9 +198,6 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
         c = j // CHUNK_ROWS
         for t in range(g0, g1):
             gl = leaf_off[t] - grl0 + leaf[t, j]
-            if B == 1:
-                PT[c, gl, 0] += aT[j, 0]
-                continue
             for b in range(B):
                 PT[c, gl, b] += aT[j, b]
 
