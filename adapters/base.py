@@ -215,10 +215,12 @@ class BoosterAdapter(ABC):
         sample_weight: ArrayLike | None = None,
         init_score: ArrayLike | None = None,
         cache_bytes: float = DEFAULT_CACHE_BYTES,
+        n_threads: int | None = None,
     ) -> InfluenceEngine:
         """Describe the model on its training data and prove the description reproduces it
         (:meth:`verify`, which an adapter overrides to check in its library's terms).
-        ``cache_bytes``: the engine's derivative-cache budget (:class:`InfluenceEngine`).
+        ``cache_bytes``, ``n_threads``: the engine's derivative-cache budget and threads
+        (:class:`InfluenceEngine`).
 
         Raises
         ------
@@ -227,7 +229,7 @@ class BoosterAdapter(ABC):
         """
         ensemble = self.describe(X, y, sample_weight, init_score)
         check_weight_sum(float(ensemble.sample_weight.sum()))
-        return self.verify(InfluenceEngine(ensemble, cache_bytes=cache_bytes))
+        return self.verify(InfluenceEngine(ensemble, n_threads=n_threads, cache_bytes=cache_bytes))
 
     def verify(self, engine: InfluenceEngine) -> InfluenceEngine:
         """Prove that ``engine`` (the description replayed) reproduces the model, and return the

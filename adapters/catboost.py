@@ -433,11 +433,13 @@ class CatBoostAdapter(BoosterAdapter):
             first = ensemble.trees(int(same_round[0]), int(same_round[-1]) + 1)
             for threads in list(candidates):
                 candidates.remove(threads)
-                probe = InfluenceEngine(replace(first, objective_threads=threads), cache_bytes=0)
+                probe = InfluenceEngine(replace(first, objective_threads=threads), n_threads=engine.n_threads,
+                                        cache_bytes=0)
                 if probe.tree_residual.max() <= self.rtol * np.abs(ensemble.leaf_values).max():
                     self._threads = threads
                     ensemble = replace(ensemble, objective_threads=threads)
-                    engine = InfluenceEngine(ensemble, cache_bytes=engine.cache_bytes)
+                    engine = InfluenceEngine(ensemble, n_threads=engine.n_threads,
+                                             cache_bytes=engine.cache_bytes)
                     break
             else:
                 break

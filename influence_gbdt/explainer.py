@@ -92,11 +92,13 @@ class BoostingInfluence:
         unit of sample weight (the paper's LeafInfluence), which halves when the weights double.
         Without sample weights (every ``w_i = 1``) both are the same.
     n_threads : int, optional
-        Threads for scoring; default: every core (numba's thread count, which
-        ``NUMBA_NUM_THREADS`` sets), as the boosters use them. Test points are swept in batches
-        split over the threads; LeafRefit and forward mode split the training rows they score.
-        The scores are the same, bit for bit, for any count. (:meth:`fit`'s replay of the trees
-        and the sweep of a single test point or of an aggregate run on one thread.)
+        Threads for :meth:`fit` and scoring; default: every core (numba's thread count, which
+        ``NUMBA_NUM_THREADS`` sets), as the boosters use them. :meth:`fit`'s replay of the trees
+        splits each pass over the training rows over them (except on models with CatBoost's joint
+        MultiClass rounds or renewed quantile/L1 leaves, replayed on one thread); one test point or
+        an aggregate is one sweep whose rows they split; more test points are swept in batches
+        split over them; LeafRefit and forward mode split the training rows they score. Results
+        are the same, bit for bit, for any count.
 
     Attributes
     ----------
@@ -158,9 +160,9 @@ class BoostingInfluence:
         """Change constructor settings, as in scikit-learn; returns self.
 
         ``method``, ``update_set``, ``k``, ``base_score``, ``progress``, ``max_memory``,
-        ``influence_unit`` and ``n_threads`` act at scoring time, so a fitted explainer keeps its
-        fit. Changing ``model`` or ``params`` discards the fit: call :meth:`fit` again before
-        scoring.
+        ``influence_unit`` and ``n_threads`` act at scoring time (``n_threads`` at fit too), so a
+        fitted explainer keeps its fit. Changing ``model`` or ``params`` discards the fit: call
+        :meth:`fit` again before scoring.
         """
         unknown = set(params) - set(_PARAMS)
         if unknown:
@@ -263,7 +265,8 @@ class BoostingInfluence:
         fit_bytes = self._check_fit_memory(adapter, X, n)
         # The derivative cache (speeds up reverse mode) takes what max_memory leaves after fit.
         engine = adapter.prepare(X, labels, weights, offsets,
-                                 cache_bytes=min(DEFAULT_CACHE_BYTES, self.max_memory - fit_bytes))
+                                 cache_bytes=min(DEFAULT_CACHE_BYTES, self.max_memory - fit_bytes),
+                                 n_threads=self.n_threads)
         self.adapter_ = adapter
         self.engine_: InfluenceEngine = engine
         self.n_features_in_ = n_columns(X)

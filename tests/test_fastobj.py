@@ -189,7 +189,7 @@ def test_objective_blocks_match_reference():
         sc = rng.choice([0.01, 1.0, 5.0, 30.0, 150.0] if loss != "Poisson" else [0.01, 1.0, 5.0, 30.0])
         n_leaf = int(rng.choice([1, 3, 5, 7, 8, 16]))
         p = _problem(rng, n, loss, n_leaf, sc, rng.choice([1e-9, 1e-4, 0.1, 1.0, 30.0]), k % 2 == 0)
-        got = F._objective_stats(CODES[loss], *p, 1, -1)
+        got = F.block_stats(CODES[loss], *p, 0, n, -1)
         assert_bits(got, _ref_block(loss, *p))
         assert_bits(F.exp_space_objective(CODES[loss], *p, 1), R.objective(loss, *p))
 
@@ -453,11 +453,11 @@ _CATBOOST_PROBE = textwrap.dedent(
         w = None if rng.random() < 0.4 else rng.uniform(0.1, 3, n).astype(np.float32)
         ww = np.ones(n) if w is None else w.astype(np.float64)
         leaf = np.arange(n, dtype=np.int32)
-        mine = F._objective_stats(0 if logloss else 1, a, d, leaf, t.astype(np.float64), ww, 1, -1)
+        mine = F.block_stats(0 if logloss else 1, a, d, leaf, t.astype(np.float64), ww, 0, n, -1)
         res["ce"][0] += mine != cb_block(ce, a, d, t, w, 0 if logloss else 1)
         res["ce"][1] += 1
         tp = rng.poisson(2, n).astype(np.float32)
-        mine = F._objective_stats(2, a, d, leaf, tp.astype(np.float64), ww, 1, -1)
+        mine = F.block_stats(2, a, d, leaf, tp.astype(np.float64), ww, 0, n, -1)
         res["po"][0] += mine != cb_block(po, a, d, tp, w, 0)
         res["po"][1] += 1
     print("RESULT " + json.dumps({k: [int(v[0]), int(v[1])] for k, v in res.items()}))

@@ -4,22 +4,21 @@ A backtracking tree is alone in its round and takes its plain Newton or gradient
 (:mod:`.plain`) at scale 1, 1/2, 1/4, ..., each try accepted as soon as the training objective
 falls; every rejected try uses up one of the tree's tries. The replay decides the steps as the
 booster did (:func:`replay_round`, with the booster's own objective arithmetic,
-:mod:`.fastobj`, where it has one) and records them; the refit re-decides them on the changed
+:mod:`.fastobj`, where it has one; the objective summed in parts, :mod:`.objective`, which the
+replay's team of threads splits) and records them; the refit re-decides them on the changed
 data (:func:`refit_round`). Reverse and forward mode hold the accepted steps (their scales are
 piecewise constant in the weights) and run the plain rule's passes over them.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numpy.typing import NDArray
 
 from .. import _jit as numba
-from ..losses import value
-from .fastobj import exp_space_objective, fastexp_vec, objective_ranges
-from .plain import refit_round_steps, refit_round_sums, replay_steps, replay_sums
+from . import objective
+from .plain import refit_round_steps, refit_round_sums, replay_steps
+from .rowjobs import Work, step_sums, try_objective
 from .state import Backtrack, Cache, Layout, LossSpec, Rows, Sums, Trees
 
 #: Most ways of deciding a tree's near-ties the replay tries (see :func:`replay_round`).
@@ -31,81 +30,31 @@ _internal = numba.njit(cache=True, nogil=True, internal=True)
 
 
 @_internal
-def tree_objective(
-    lay: Layout, y: NDArray[np.float64], loss: LossSpec, bt: Backtrack, t: int, A: NDArray[np.float64],
-    delta: NDArray[np.float64], sel: NDArray[np.bool_], every: bool, u: NDArray[np.float64],
-    step: NDArray[np.float64], w: NDArray[np.float64], skip: int, point_buf: NDArray[np.float64],
-    dl: NDArray[np.float64], mrow: NDArray[np.float64], fresh: bool,
-) -> float:
-    """The objective a backtracking tree ``t`` compares, with its leaves moved by ``u + step``.
-
-    Rows sit at ``A`` plus, where they are ``moved`` (``every`` or their leaf in ``sel``; only when
-    ``delta`` is given), their change ``delta``; ``w`` are the weights and row ``skip`` (>= 0) is
-    deleted. ``bt.bt_obj < 0``: the weighted loss summed exactly. Otherwise the booster's own
-    arithmetic (:mod:`.fastobj`: exp-space approx ``exp`` of the margin at ``u``, the try ``step``
-    through its fast exp, float32 lanes); the approx is computed into ``point_buf`` (n,) when
-    ``fresh``, else reused from the last call (the tries of one step share it: only an accepted step
-    moves ``u``). Only comparisons of two values of the same tree mean anything.
-    """
-    n = A.shape[0]
-    base = lay.leaf_off[t]
-    c = lay.out[t]
-    track = delta.shape[0] > 0
-    if bt.bt_obj < 0:
-        total = 0.0
-        for j in range(n):
-            if j != skip:
-                mrow[:] = A[j]
-                if track and (every or sel[base + lay.leaf[t, j]]):
-                    mrow += delta[j]
-                mrow[c] += u[base + lay.leaf[t, j]] + step[base + lay.leaf[t, j]]
-                total += w[j] * value(loss.code, loss.prm, y[j], mrow)
-        return total
-    if fresh:
-        for j in range(n):
-            m = A[j, c] + u[base + lay.leaf[t, j]]
-            if track and (every or sel[base + lay.leaf[t, j]]):
-                m += delta[j, c]
-            point_buf[j] = math.exp(m)
-    L = lay.leaf_off[t + 1] - base
-    fastexp_vec(step[base : base + L], dl[:L])
-    n_eff = n - 1 if skip >= 0 else n
-    return exp_space_objective(bt.bt_obj, point_buf, dl[:L], lay.leaf[t], y[:, 0], w,
-                               objective_ranges(n_eff, bt.bt_threads), bt.bt_pos[skip] if skip >= 0 else -1,
-                               bt.bt_order)
-
-
-@_internal
 def _walk_once(
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, bt: Backtrack, r: int,
-    A: NDArray[np.float64], u: NDArray[np.float64], mean_w: float, d: NDArray[np.float64],
-    step: NDArray[np.float64], point_buf: NDArray[np.float64], dl: NDArray[np.float64],
-    scratch: NDArray[np.float64], flips: int,
+    A: NDArray[np.float64], mean_w: float, work: Work, d: NDArray[np.float64], scratch: NDArray[np.float64],
+    flips: int,
 ) -> int:
-    """AnyImprovement for round ``r``'s one tree from ``u = 0``: try each step at scale 1, 1/2,
-    ..., accept it when the objective falls; record the steps taken (``n_steps``), their scales (0
-    for a computed step never accepted) and each step's caches. The ``i``-th near-tie (relative gap
-    within ``bt.bt_tie``) is decided the other way when bit ``i`` of ``flips`` is set. Returns the
-    number of near-ties met."""
+    """AnyImprovement for round ``r``'s one tree from ``work.u = 0``: try each step at scale 1,
+    1/2, ..., accept it when the objective falls; record the steps taken (``n_steps``), their
+    scales (0 for a computed step never accepted) and each step's caches. The ``i``-th near-tie
+    (relative gap within ``bt.bt_tie``) is decided the other way when bit ``i`` of ``flips`` is
+    set. The rows' passes run on the team (:mod:`.rowjobs`). Returns the number of near-ties met."""
     t = lay.round_ptr[r]
     base, L = lay.leaf_off[t], lay.leaf_off[t + 1] - lay.leaf_off[t]
-    no_delta = np.empty((0, A.shape[1]))
-    no_sel = np.zeros(0, dtype=np.bool_)
-    mrow = scratch[0, : A.shape[1]]
+    u, step = work.u, work.step
     u[base : base + L] = 0.0
     trees.scales[t, :] = 0.0
-    replay_sums(lay, trees, rows, loss, sums, cache, None, r, 0, A, u, scratch)
+    step_sums(lay, trees, rows, loss, sums, cache, None, bt, A, work, scratch, r, 0)
     replay_steps(lay, trees, sums, r, 0, mean_w, u, d)
     computed, scale, ties = 1, 1.0, 0
     step[base : base + L] = 0.0
-    current = tree_objective(lay, rows.y, loss, bt, t, A, no_delta, no_sel, False, u, step, rows.w, -1,
-                             point_buf, dl, mrow, True)
+    current = try_objective(lay, trees, rows, loss, sums, cache, bt, A, work, scratch, t, True)
     fresh = False
     for it in range(trees.n_iter[t]):
         for lj in range(L):
             step[base + lj] = scale * d[lj]
-        trial = tree_objective(lay, rows.y, loss, bt, t, A, no_delta, no_sel, False, u, step, rows.w, -1,
-                               point_buf, dl, mrow, fresh)
+        trial = try_objective(lay, trees, rows, loss, sums, cache, bt, A, work, scratch, t, fresh)
         fresh = False
         better = trial < current
         if abs(trial - current) <= bt.bt_tie * abs(current):
@@ -118,7 +67,7 @@ def _walk_once(
                 u[base + lj] += step[base + lj]
             current, scale, fresh = trial, 1.0, True
             if it + 1 < trees.n_iter[t]:
-                replay_sums(lay, trees, rows, loss, sums, cache, None, r, computed, A, u, scratch)
+                step_sums(lay, trees, rows, loss, sums, cache, None, bt, A, work, scratch, r, computed)
                 replay_steps(lay, trees, sums, r, computed, mean_w, u, d)
                 computed += 1
         else:
@@ -130,11 +79,10 @@ def _walk_once(
 @_internal
 def replay_round(
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, bt: Backtrack, r: int,
-    A: NDArray[np.float64], u: NDArray[np.float64], mean_w: float, d: NDArray[np.float64],
-    step: NDArray[np.float64], point_buf: NDArray[np.float64], dl: NDArray[np.float64],
-    scratch: NDArray[np.float64],
+    A: NDArray[np.float64], mean_w: float, work: Work, d: NDArray[np.float64], scratch: NDArray[np.float64],
 ) -> None:
-    """The booster's accepted steps for round ``r``'s one tree (see :func:`_walk_once`).
+    """The booster's accepted steps for round ``r``'s one tree (see :func:`_walk_once`), into
+    ``work.u``.
 
     Where the objective is summed exactly while the booster's own sums round differently
     (``bt_tie > 0``), a step whose gain is within the tie band may have been decided either way:
@@ -143,24 +91,23 @@ def replay_round(
     """
     t = lay.round_ptr[r]
     base, L = lay.leaf_off[t], lay.leaf_off[t + 1] - lay.leaf_off[t]
-    ties = _walk_once(lay, trees, rows, loss, sums, cache, bt, r, A, u, mean_w, d, step, point_buf, dl,
-                      scratch, 0)
+    u = work.u
+    ties = _walk_once(lay, trees, rows, loss, sums, cache, bt, r, A, mean_w, work, d, scratch, 0)
     if ties == 0:
         return
     scale = max(1.0, np.abs(sums.stored[base : base + L]).max())
     best_flips, best = 0, np.abs(trees.lr[t] * u[base : base + L] - sums.stored[base : base + L]).max()
     flips, last = 1, 0
     while best > 1e-13 * scale and flips < min(1 << min(ties, 20), _MAX_TIE_PATHS):
-        ties = max(ties, _walk_once(lay, trees, rows, loss, sums, cache, bt, r, A, u, mean_w, d, step,
-                                    point_buf, dl, scratch, flips))
+        ties = max(ties, _walk_once(lay, trees, rows, loss, sums, cache, bt, r, A, mean_w, work, d, scratch,
+                                    flips))
         last = flips
         res = np.abs(trees.lr[t] * u[base : base + L] - sums.stored[base : base + L]).max()
         if res < best:
             best_flips, best = flips, res
         flips += 1
     if last != best_flips:
-        _walk_once(lay, trees, rows, loss, sums, cache, bt, r, A, u, mean_w, d, step, point_buf, dl, scratch,
-                   best_flips)
+        _walk_once(lay, trees, rows, loss, sums, cache, bt, r, A, mean_w, work, d, scratch, best_flips)
 
 
 @_internal
@@ -182,14 +129,14 @@ def refit_round(
                      Gs, Hs, HXs, scratch)
     refit_round_steps(lay, trees, r, Gs, Hs, mean_w, d)
     step[rl0:rl1] = 0.0
-    current = tree_objective(lay, rows.y, loss, bt, t0, A, delta, sel, every, u, step, w_new, i0, point_buf,
-                             dl, mrow, True)
+    current = objective.value(lay, rows.y, loss, bt, t0, A, delta, sel, every, u, step, w_new, i0, point_buf,
+                              dl, mrow, True)
     fresh = False
     for it in range(trees.n_iter[t0]):
         for gl in range(rl0, rl1):
             step[gl] = scale * d[gl - rl0]
-        trial = tree_objective(lay, rows.y, loss, bt, t0, A, delta, sel, every, u, step, w_new, i0,
-                               point_buf, dl, mrow, fresh)
+        trial = objective.value(lay, rows.y, loss, bt, t0, A, delta, sel, every, u, step, w_new, i0,
+                                point_buf, dl, mrow, fresh)
         fresh = False
         if trial < current:
             for gl in range(rl0, rl1):

@@ -38,7 +38,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..ensemble import TreeEnsemble
 from ..errors import InputError, ReproductionError
-from . import passes, reverse1
+from . import passes, reverse1, team
 from .base import BaseMargin, products
 from .common import ALL, NONE, TOPK, leaf_sums
 from .state import State, build_state, derivative_cache_slots, sorted_rows
@@ -84,11 +84,12 @@ class InfluenceEngine:
     ensemble : TreeEnsemble
         The description produced by an adapter (or built directly for tests).
     n_threads : int, optional
-        Threads for scoring (default: numba's thread count, every core unless
-        ``NUMBA_NUM_THREADS`` says otherwise): the test points' batches of reverse mode and the
-        scored rows of LeafRefit and forward mode are split over them. Scores do not depend on it,
-        bit for bit (each entry is summed in one order whatever the batch). Settable after
-        construction (``engine.n_threads = 4``; None = the default).
+        Threads (default: numba's thread count, every core unless ``NUMBA_NUM_THREADS`` says
+        otherwise): the replay at construction splits its passes over the rows over them (models
+        without joint or renewed rounds); scoring splits the test points' batches of reverse mode
+        (or one sweep's rows), and the scored rows of LeafRefit and forward mode. Results do not
+        depend on it, bit for bit (each sum is summed in one order whatever the threads). Settable
+        after construction, for scoring (``engine.n_threads = 4``; None = the default).
     cache_bytes : float, default 1e9
         Most memory for the derivative cache: the replay keeps every row's loss derivatives at
         the leaf steps it computes first, as many as fit (32 bytes per row and step), for models
@@ -128,7 +129,9 @@ class InfluenceEngine:
                                     sort_rows=bool(e.renewed.any()))
         self._A0 = np.ascontiguousarray(e.init_offset + e.base_margin[None, :])
         margin = self._A0.copy()
-        passes.replay(*self._state, margin)
+        n_team = passes.replay_team(self._state, self.n_threads)
+        work = passes.replay_work(self._state, n_team)
+        team.run(passes.replay, n_team, *self._state, margin, work, bar=work.bar)
         self._margin = margin
         self.n_steps: NDArray[np.int64] = self._state.trees.n_steps
         self.step_scales: NDArray[np.float64] = self._state.trees.scales

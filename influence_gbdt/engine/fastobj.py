@@ -311,7 +311,7 @@ def objective_ranges(n_rows: int, thread_count: int) -> int:
 
 
 @_jit
-def _row(j: int, skip: int, order: Any = None) -> int:
+def layout_row(j: int, skip: int, order: Any = None) -> int:
     """Array index of the ``j``-th row of the layout that omits position ``skip`` (-1: none) of
     ``order`` (the booster's summation order, array rows by position; None: array order)."""
     k = j + 1 if 0 <= skip <= j else j
@@ -344,7 +344,7 @@ def _ce_block(
     nv = j0 + (j1 - j0) - (j1 - j0) % 4
     for j in range(j0, nv, 4):
         for k in range(4):
-            i = _row(j + k, skip, order)
+            i = layout_row(j + k, skip, order)
             y32 = np.float32(y[i])
             prob = (_ONE32 if y32 > _HALF32 else np.float32(0.0)) if logloss else y32
             w32 = np.float32(w[i])
@@ -367,7 +367,7 @@ def _ce_block(
         s0 = 0.0 + np.float64((a0 + a1) + (a2 + a3))
         s1 = 0.0 + np.float64((c0 + c1) + (c2 + c3))
     for j in range(nv, j1):
-        i = _row(j, skip, order)
+        i = layout_row(j, skip, order)
         a = point[i]
         d = dl[leaf[i]]
         y32 = np.float32(y[i])
@@ -393,7 +393,7 @@ def _poisson_block(
     s0 = 0.0
     s1 = 0.0
     for j in range(j0, j1):
-        i = _row(j, skip, order)
+        i = layout_row(j, skip, order)
         e = point[i] * dl[leaf[i]]
         wd = np.float64(np.float32(w[i]))
         s0 += (e - np.float64(np.float32(y[i])) * np.float64(fastlogf(e))) * wd
@@ -402,30 +402,60 @@ def _poisson_block(
 
 
 @_jit
-def _objective_stats(
+def n_blocks(n_eff: int, n_ranges: int) -> int:
+    """How many blocks :func:`exp_space_objective` sums ``n_eff`` rows in: each of ``n_ranges``
+    equal ranges (size ``ceil(n_eff / n_ranges)``) cut into blocks of up to 4096 rows."""
+    size = max((n_eff + n_ranges - 1) // n_ranges, 1)
+    count = 0
+    for frm in range(0, n_eff, size):
+        count += (min(frm + size, n_eff) - frm + 4095) // 4096
+    return count
+
+
+@_jit
+def block_bounds(n_eff: int, n_ranges: int, p: int) -> tuple[int, int, bool]:
+    """Layout rows ``b0 .. b1 - 1`` of block ``p`` (see :func:`n_blocks`), and whether it is the
+    last block of its range."""
+    size = max((n_eff + n_ranges - 1) // n_ranges, 1)
+    for frm in range(0, n_eff, size):
+        to = min(frm + size, n_eff)
+        here = (to - frm + 4095) // 4096
+        if p < here:
+            b0 = frm + 4096 * p
+            return b0, min(b0 + 4096, to), p == here - 1
+        p -= here
+    return n_eff, n_eff, True
+
+
+@_jit
+def block_stats(
     code: int, point: NDArray[np.float64], dl: NDArray[np.float64], leaf: NDArray[np.int32],
-    y: NDArray[np.float64], w: NDArray[np.float64], n_ranges: int, skip: int, order: Any = None,
+    y: NDArray[np.float64], w: NDArray[np.float64], b0: int, b1: int, skip: int, order: Any = None,
 ) -> tuple[float, float]:
-    """(Stats0, Stats1) of :func:`exp_space_objective`: the weighted loss sum and the weight sum."""
-    n = point.shape[0] - (1 if skip >= 0 else 0)
-    size = max((n + n_ranges - 1) // n_ranges, 1)
+    """(Stats0, Stats1) of the block of layout rows ``b0 .. b1 - 1`` (arguments as in
+    :func:`exp_space_objective`)."""
+    if code == CB_POISSON:
+        return _poisson_block(point, dl, leaf, y, w, b0, b1, skip, order)
+    return _ce_block(point, dl, leaf, y, w, code == CB_LOGLOSS, b0, b1, skip, order)
+
+
+@_jit
+def combine_blocks(n_eff: int, n_ranges: int, stats: NDArray[np.float64]) -> float:
+    """``Stats0 / Stats1`` (0 when the weights sum to 0) from each block's sums ``stats`` (blocks,
+    2): blocks added into their range, ranges into the total, in order, in double."""
     S0 = 0.0
     S1 = 0.0
-    for frm in range(0, n, size):
-        to = min(frm + size, n)
-        r0 = 0.0
-        r1 = 0.0
-        for b0 in range(frm, to, 4096):
-            b1 = min(b0 + 4096, to)
-            if code == CB_POISSON:
-                s0, s1 = _poisson_block(point, dl, leaf, y, w, b0, b1, skip, order)
-            else:
-                s0, s1 = _ce_block(point, dl, leaf, y, w, code == CB_LOGLOSS, b0, b1, skip, order)
-            r0 += s0
-            r1 += s1
-        S0 += r0
-        S1 += r1
-    return S0, S1
+    r0 = 0.0
+    r1 = 0.0
+    for p in range(n_blocks(n_eff, n_ranges)):
+        r0 += stats[p, 0]
+        r1 += stats[p, 1]
+        if block_bounds(n_eff, n_ranges, p)[2]:
+            S0 += r0
+            S1 += r1
+            r0 = 0.0
+            r1 = 0.0
+    return S0 / S1 if S1 != 0.0 else 0.0
 
 
 @_jit
@@ -469,8 +499,13 @@ def exp_space_objective(
     double. Blocks add into ranges and ranges into the total in order, in double. Returns
     ``Stats0 / Stats1`` (0 when the weights sum to 0).
     """
-    S0, S1 = _objective_stats(code, point, dl, leaf, y, w, n_ranges, skip, order)
-    return S0 / S1 if S1 != 0.0 else 0.0
+    n_eff = point.shape[0] - (1 if skip >= 0 else 0)
+    nb = n_blocks(n_eff, n_ranges)
+    stats = np.empty((nb, 2))
+    for p in range(nb):
+        b0, b1, _ = block_bounds(n_eff, n_ranges, p)
+        stats[p, 0], stats[p, 1] = block_stats(code, point, dl, leaf, y, w, b0, b1, skip, order)
+    return combine_blocks(n_eff, n_ranges, stats)
 
 
 _FLT_EPS = 1.1920928955078125e-07
@@ -506,7 +541,7 @@ def cb_newton_step(
         hb[:] = 0.0
         wb[:] = 0.0
         for j in range(b0, min(b0 + size, n)):
-            i = _row(j, skip)
+            i = layout_row(j, skip)
             a = point[i]
             t = np.float64(np.float32(y[i]))
             wd = np.float64(np.float32(w[i]))

@@ -1,7 +1,8 @@
 """The engine's four passes over the rounds (numba), and the one place each round's leaf rule is
 chosen. Private to the engine.
 
-- :func:`replay`: recompute every leaf value from the data (the self-check) and fill the caches;
+- :func:`replay`: recompute every leaf value from the data (the self-check) and fill the caches,
+  its passes over the rows shared by a team of threads (:mod:`.rowjobs`);
 - :func:`reverse`: exact LeafInfluence of every training row on a batch of objectives (adjoints,
   last round to first);
 - :func:`forward_many`: d leaf value / d v_i of one training row at a time (the paper's
@@ -29,7 +30,10 @@ from . import backtracking, plain
 from . import joint as joint_rule
 from . import renewed as renewed_rule
 from .common import NONE, add_round, advance_row, every_step_cached, per_row, round_sizes, select_leaves
-from .state import Backtrack, Cache, Joint, Layout, LossSpec, Renewed, Rows, Sums, Trees
+from .rowjobs import Work, make_work, serve, stop
+from .rowjobs import add_round as add_round_team
+from .state import Backtrack, Cache, Joint, Layout, LossSpec, Renewed, Rows, State, Sums, Trees
+from .team import n_chunks
 
 _jit = numba.njit(cache=True, nogil=True)
 #: Functions only compiled code calls: no Python wrapper to compile (see ``_jit.njit``).
@@ -40,47 +44,71 @@ _internal = numba.njit(cache=True, nogil=True, internal=True)
 # Replay
 
 
-@_jit
+@numba.njit(cache=True, nogil=True)
 def replay(
-    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, joint: Joint | None,
-    renewed: Renewed | None, bt: Backtrack | None, A: NDArray[np.float64],
+    tid: int, n_team: int, bar: NDArray[np.int64], lay: Layout, trees: Trees, rows: Rows, loss: LossSpec,
+    sums: Sums, cache: Cache, joint: Joint | None, renewed: Renewed | None, bt: Backtrack | None,
+    A: NDArray[np.float64], work: Work,
 ) -> None:
-    """Recompute every leaf value from the data and fill the caches in place.
+    """Recompute every leaf value from the data and fill the caches in place: thread ``tid``'s
+    part of a team of ``n_team`` (:func:`.team.run`; ``bar`` is ``work.bar``, where
+    :mod:`.rowjobs` meets). Thread 0 walks the rounds and posts the passes over the rows;
+    the others do their share of each.
 
     ``A`` (n, K) holds the initial margins on entry and the final ones on return; the recomputed
     leaf values are ``sums.values``. Steps take their recorded scales, except in backtracking trees,
     whose accepted steps are decided here as the booster decides them (and recorded in
     ``trees.n_steps`` / ``trees.scales``). Margins move by the *stored* leaf values, so every tree is
     recomputed at the booster's own margins and a last-bit difference in one tree cannot cascade
-    into the next.
+    into the next. Joint and renewed rounds run on thread 0 alone (a team of one for such models).
     """
     n, K = A.shape
+    scratch = np.empty((7, max(K, loss.zsize)))
+    if tid > 0:
+        serve(tid, lay, trees, rows, loss, sums, cache, bt, A, work, scratch)
+        return
     mean_w = (rows.w.sum() + rows.outside[0]) / (n + rows.outside[1])
-    u = np.zeros(lay.leaf_off[-1])
-    step = np.zeros(lay.leaf_off[-1])
+    u = work.u
     most_leaves, _ = round_sizes(lay)
     d = np.empty(most_leaves)
-    dl = np.empty(most_leaves)
-    point_buf = np.empty(n)
-    scratch = np.empty((7, max(K, loss.zsize)))
     for r in range(lay.round_ptr.shape[0] - 1):
         t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
         if renewed is not None and renewed.renew[t0]:
             renewed_rule.replay_tree(lay, trees, rows, sums, renewed, t0, A)
-            add_round(lay, r, A, sums.stored, 1.0)
-            continue
-        if bt is not None and bt.backtrack[t0]:
-            backtracking.replay_round(lay, trees, rows, loss, sums, cache, bt, r, A, u, mean_w, d, step,
-                                      point_buf, dl, scratch)
-        elif joint is not None and joint.joint[t0]:
-            joint_rule.replay_round(lay, trees, rows, sums, joint, r, A, mean_w, u, d)
         else:
-            plain.replay_round(lay, trees, rows, loss, sums, cache, joint, r, A, mean_w, u, d, scratch)
-        for t in range(t0, t1):
-            for gl in range(lay.leaf_off[t], lay.leaf_off[t + 1]):
-                sums.values[gl] = trees.lr[t] * u[gl]
-                u[gl] = 0.0
-        add_round(lay, r, A, sums.stored, 1.0)
+            if bt is not None and bt.backtrack[t0]:
+                backtracking.replay_round(lay, trees, rows, loss, sums, cache, bt, r, A, mean_w, work, d,
+                                          scratch)
+            elif joint is not None and joint.joint[t0]:
+                joint_rule.replay_round(lay, trees, rows, sums, joint, r, A, mean_w, u, d)
+            else:
+                plain.replay_round(lay, trees, rows, loss, sums, cache, joint, bt, r, A, mean_w, work, d,
+                                   scratch)
+            for t in range(t0, t1):
+                for gl in range(lay.leaf_off[t], lay.leaf_off[t + 1]):
+                    sums.values[gl] = trees.lr[t] * u[gl]
+                    u[gl] = 0.0
+        add_round_team(lay, trees, rows, loss, sums, cache, bt, A, work, scratch, r)
+    stop(work)
+
+
+def replay_team(st: State, threads: int) -> int:
+    """How many threads replay ``st``'s model: one for models with joint or renewed rounds (thread
+    0 computes those alone), else up to ``threads`` (one per chunk of rows at most)."""
+    if st.joint is not None or st.renewed is not None:
+        return 1
+    return max(1, min(int(threads), n_chunks(st.lay.leaf.shape[1])))
+
+
+def replay_work(st: State, n_team: int) -> Work:
+    """The team's shared arrays for :func:`replay` of ``st``."""
+    lay = st.lay
+    n = lay.leaf.shape[1]
+    round_slots = lay.sl_off[lay.step_ptr[lay.round_ptr[1:]]] - lay.sl_off[lay.step_ptr[lay.round_ptr[:-1]]]
+    n_groups = st.sums.GV.shape[1] if st.sums.GV.shape[0] > 0 else 0
+    parts = n_chunks(n) + (st.backtrack.bt_threads if st.backtrack is not None else 0)
+    return make_work(n_team, n, st.loss.K, n_groups, int(lay.leaf_off[-1]), int(np.diff(lay.leaf_off).max()),
+                     int(round_slots.max(initial=0)), parts)
 
 
 # ----------------------------------------------------------------------------------------------

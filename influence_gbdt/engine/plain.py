@@ -4,7 +4,7 @@ several per tree, the trees of a round stepping together. Private to the engine.
 Its four passes:
 
 - replay (:func:`replay_round`): every leaf step's sums ``G = sum w g``, ``H = sum w h`` (or
-  ``sum w``), the step and its derivatives, cached per step-leaf slot;
+  ``sum w``; summed by :mod:`.rowjobs`), the step and its derivatives, cached per step-leaf slot;
 - reverse (:func:`reverse_round`): a round's adjoints, leaf level (:func:`leaf_adjoints`) then row
   level (:func:`row_adjoints`, or from the replay's cached derivatives);
 - forward (:func:`add_row_share`, :func:`forward_steps`): the steps' derivatives in one row's
@@ -21,19 +21,16 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .. import _jit as numba
-from ..losses import derivs1, grad_hess, jvp, point, vjp, weighted
+from ..losses import derivs1, grad_hess, jvp, params4, point, vjp, weighted
 from .common import (
     add_hessian_row,
-    cache_slot,
-    clear_sums,
     l2_term,
     leaf_step,
     per_row,
-    row_margin,
-    row_margin1,
     step_point,
 )
-from .state import Cache, Joint, Layout, LossSpec, Rows, Sums, Trees
+from .rowjobs import Work, step_sums
+from .state import Backtrack, Cache, Joint, Layout, LossSpec, Rows, Sums, Trees
 
 _jit = numba.njit(cache=True, nogil=True)
 #: Functions only compiled code calls: no Python wrapper to compile (see ``_jit.njit``).
@@ -42,62 +39,6 @@ _internal = numba.njit(cache=True, nogil=True, internal=True)
 
 # ----------------------------------------------------------------------------------------------
 # Replay
-
-
-@_internal
-def replay_sums(
-    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, joint: Joint | None,
-    r: int, s: int, A: NDArray[np.float64], u: NDArray[np.float64], scratch: NDArray[np.float64],
-) -> None:
-    """Leaf sums of step ``s`` of round ``r``'s trees at in-tree moves ``u``, into slot ``s``.
-
-    Also the sums' derivatives in ``u`` for trees with several steps, per-group sums when class
-    factors move with the weights, and each row's derivatives in the cache where it has a slot.
-    ``scratch`` is (7, max(K, zsize))."""
-    n, K = A.shape
-    t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
-    mrow, z, g, h, unit, dg, dh = (scratch[0, :K], scratch[1, : loss.zsize], scratch[2, :K], scratch[3, :K],
-                                   scratch[4, :K], scratch[5, :K], scratch[6, :K])
-    unit[:] = 0.0
-    group_sums = sums.GV.shape[0] > 0
-    multi = trees.n_iter[t0] > 1
-    q = cache_slot(cache, lay.step_ptr[t0] + s) if K == 1 else -1
-    cached = q >= 0
-    for t in range(t0, t1):
-        clear_sums(sums, joint, lay.sl_off[lay.step_ptr[t] + s], lay.leaf_off[t + 1] - lay.leaf_off[t])
-    for j in range(n):
-        if K == 1:  # scalars only: no per-row array views or calls taking arrays
-            gg, hh, dg[0], dh[0] = derivs1(loss.code, loss.prm, rows.y[j, 0], row_margin1(lay, t0, t1, A, j,
-                                                                                          u))
-            g[0], h[0] = gg, max(hh, loss.prm[0])
-            if hh < loss.prm[0]:
-                dh[0] = 0.0
-            if cached:  # what the reverse sweep needs of this row at this step
-                cache.DER[q, j, 0] = g[0]
-                cache.DER[q, j, 1] = h[0]
-                cache.DER[q, j, 2] = rows.w[j] * dg[0]
-                cache.DER[q, j, 3] = rows.w[j] * dh[0]
-        else:
-            row_margin(lay, r, A, j, u, mrow)
-            point(loss.code, loss.prm, mrow, z)
-            grad_hess(loss.code, loss.prm, rows.y[j], z, g, h)
-        wj = rows.w[j]
-        for t in range(t0, t1):
-            c = lay.out[t]
-            sl = lay.sl_off[lay.step_ptr[t] + s] + lay.leaf[t, j]
-            wg, wh = weighted(loss.code, g[c], h[c], wj, rows.f32)
-            sums.G[sl] += wg
-            sums.H[sl] += wh if trees.newton[t] else wj
-            if group_sums:
-                sums.GV[sl, rows.grp[j]] += rows.v[j] * g[c]
-                sums.HV[sl, rows.grp[j]] += rows.v[j] * (h[c] if trees.newton[t] else 1.0)
-            if multi:  # d/du of the sums, for the steps after this one
-                if K > 1:
-                    unit[c] = 1.0
-                    jvp(loss.code, loss.prm, rows.y[j], z, unit, dg, dh)
-                    unit[c] = 0.0
-                sums.SDG[sl] += wj * dg[c]
-                sums.SDH[sl] += wj * dh[c]
 
 
 @_internal
@@ -123,15 +64,17 @@ def replay_steps(
 @_internal
 def replay_round(
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, joint: Joint | None,
-    r: int, A: NDArray[np.float64], mean_w: float, u: NDArray[np.float64], d: NDArray[np.float64],
+    bt: Backtrack | None, r: int, A: NDArray[np.float64], mean_w: float, work: Work, d: NDArray[np.float64],
     scratch: NDArray[np.float64],
 ) -> None:
     """Round ``r``'s steps (the trees of a round take one step each in turn), accumulated into the
-    in-tree moves ``u`` at the recorded scales."""
+    in-tree moves ``work.u`` at the recorded scales; each step's sums by the team
+    (:func:`.rowjobs.step_sums`)."""
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     rl0 = lay.leaf_off[t0]
+    u = work.u
     for s in range(trees.n_steps[t0]):
-        replay_sums(lay, trees, rows, loss, sums, cache, joint, r, s, A, u, scratch)
+        step_sums(lay, trees, rows, loss, sums, cache, joint, bt, A, work, scratch, r, s)
         replay_steps(lay, trees, sums, r, s, mean_w, u, d)
         for t in range(t0, t1):
             for gl in range(lay.leaf_off[t], lay.leaf_off[t + 1]):
@@ -253,12 +196,13 @@ def _row_adjoints1(
     them), then :func:`cached_row_adjoints1` runs."""
     n = A.shape[0]
     floor = loss.prm[0]
+    prm = params4(loss.prm)
     der = np.empty((n, 4))  # g, h, w dg/dm, w dh/dm of each row
     for j in range(n):
         m = A[j, 0]
         for t in range(t0, t1):
             m += u_before[lay.sl_off[lay.step_ptr[t] + s] + lay.leaf[t, j]]
-        g, h, dg, dh = derivs1(loss.code, loss.prm, rows.y[j, 0], m)
+        g, h, dg, dh = derivs1(loss.code, prm, rows.y[j, 0], m)
         if h < floor:  # the booster's floored hessian is constant in the margin
             h, dh = floor, 0.0
         der[j, 0], der[j, 1], der[j, 2], der[j, 3] = g, h, rows.w[j] * dg, rows.w[j] * dh
@@ -338,7 +282,7 @@ def add_row_share(
         m = A[j, 0]
         for t in range(lay.round_ptr[r], lay.round_ptr[r + 1]):
             m += u_before[lay.sl_off[lay.step_ptr[t] + s] + lay.leaf[t, j]]
-        _, hh, d2g, d2h = derivs1(loss.code, loss.prm, rows.y[j, 0], m)
+        _, hh, d2g, d2h = derivs1(loss.code, params4(loss.prm), rows.y[j, 0], m)
         dg1 = d2g * J[0]
         dh1 = d2h * J[0] if hh >= loss.prm[0] else 0.0
         for t in range(lay.round_ptr[r], lay.round_ptr[r + 1]):
@@ -434,6 +378,7 @@ def refit_round_sums(
     mrow, z, g, h = scratch[0, :K], scratch[1, : loss.zsize], scratch[2, :K], scratch[3, :K]
     track = delta.shape[0] > 0
     is_joint = joint is not None and joint.joint[t0]
+    prm = params4(loss.prm)
     for t in range(t0, t1):
         c = lay.out[t]
         for gl in range(lay.leaf_off[t], lay.leaf_off[t + 1]):
@@ -466,7 +411,7 @@ def refit_round_sums(
                     continue
                 if K == 1:  # scalars, no per-row calls taking arrays
                     m = A[j, 0] + delta[j, 0] if moved else A[j, 0]
-                    gg, hh, _, _ = derivs1(loss.code, loss.prm, rows.y[j, 0], m + u[gl])
+                    gg, hh, _, _ = derivs1(loss.code, prm, rows.y[j, 0], m + u[gl])
                     wg, wh = weighted(loss.code, gg, max(hh, loss.prm[0]), w_new[j], rows.f32)
                 else:
                     _margin(lay, t, A, delta, moved, j, u, mrow)

@@ -32,7 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .. import _jit as numba
-from ..losses import derivs1
+from ..losses import derivs1, params4
 from . import team
 from .common import every_step_cached
 from .plain import leaf_adjoints
@@ -143,6 +143,7 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
     single = t1 - t0 == 1
     leaf, leaf_off, out, stored, u_before = lay.leaf, lay.leaf_off, lay.out, sums.stored, sums.u_before
     DER, code, prm, y, w = cache.DER, loss.code, loss.prm, rows.y, rows.w
+    p4 = params4(prm)  # a call per row given an array would count references to it
     g0, g1 = (lay.round_ptr[r - 1], t0) if gather else (t0, t0)
     grl0 = leaf_off[g0]
     for j in range(j0, j1):
@@ -158,7 +159,7 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
                 m = A[jj, 0]
                 for t in range(t0, t1):
                     m += u_before[first[s, t - t0] + leaf[t, j]]
-                g, h, dg, dh = derivs1(code, prm, y[j, 0], m)
+                g, h, dg, dh = derivs1(code, p4, y[j, 0], m)
                 if h < prm[0]:  # the booster's floored hessian is constant in the margin
                     h, dh = prm[0], 0.0
                 wdg, wdh = w[j] * dg, w[j] * dh
@@ -217,6 +218,7 @@ def _row_pass_one(
     newton = trees.newton[t0]
     leaf, DER, u_before = lay.leaf, cache.DER, sums.u_before
     code, prm, y, w = loss.code, loss.prm, rows.y, rows.w
+    p4 = params4(prm)  # a call per row given an array would count references to it
     tg = lay.round_ptr[r - 1] if gather else t0  # the next round's tree (its leaves are the round's)
     stored = sums.stored[lay.leaf_off[t0] : lay.leaf_off[t0 + 1]]
     for j in range(j0, j1):
@@ -230,7 +232,7 @@ def _row_pass_one(
             if q >= 0:
                 g, h, wdg, wdh = DER[q, j, 0], DER[q, j, 1], DER[q, j, 2], DER[q, j, 3]
             else:  # as plain.row_adjoints computes them
-                g, h, dg, dh = derivs1(code, prm, y[j, 0], A[j - j0, 0] + u_before[k])
+                g, h, dg, dh = derivs1(code, p4, y[j, 0], A[j - j0, 0] + u_before[k])
                 if h < prm[0]:  # the booster's floored hessian is constant in the margin
                     h, dh = prm[0], 0.0
                 wdg, wdh = w[j] * dg, w[j] * dh

@@ -94,9 +94,10 @@ def own_rows(n: int, tid: int, n_team: int) -> tuple[int, int]:
             min(n, (tid + 1) * chunks // n_team * CHUNK_ROWS))
 
 
-def run(kernel: Callable[..., None], n_team: int, *args: Any) -> None:
-    """``kernel(tid, n_team, bar, *args)`` on ``n_team`` threads (this one is thread 0)."""
-    bar = np.zeros(2, dtype=np.int64)
+def run(kernel: Callable[..., None], n_team: int, *args: Any, bar: NDArray[np.int64] | None = None) -> None:
+    """``kernel(tid, n_team, bar, *args)`` on ``n_team`` threads (this one is thread 0); ``bar``: the
+    team's barrier (2,) int64 zeros, made here unless given (a kernel that keeps it elsewhere)."""
+    bar = np.zeros(2, dtype=np.int64) if bar is None else bar
     if n_team == 1:
         kernel(0, 1, bar, *args)
         return

@@ -1,0 +1,135 @@
+"""The training objective a backtracking tree compares between its tries, summed in parts
+(numba). Private to the engine.
+
+A part is a fixed piece of the rows: for the exact objective a chunk of :data:`.team.CHUNK_ROWS`
+rows (the weighted losses of its rows summed in row order), for the booster's own arithmetic
+(:mod:`.fastobj`) one of the booster's blocks. :func:`combine` adds the parts in order, so the
+objective is the same whichever threads computed which parts (:mod:`.rowjobs` splits them over a
+team; :func:`value` computes all of them in turn).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .. import _jit as numba
+from ..losses import value as loss_value
+from .fastobj import (
+    block_bounds,
+    block_stats,
+    combine_blocks,
+    fastexp_vec,
+    layout_row,
+    n_blocks,
+    objective_ranges,
+)
+from .state import Backtrack, Layout, LossSpec
+from .team import CHUNK_ROWS
+
+_internal = numba.njit(cache=True, nogil=True, internal=True)
+
+
+@_internal
+def _layout(bt: Backtrack, n: int, skip: int) -> tuple[int, int, int]:
+    """(rows summed, the booster's row ranges, the deleted row's position or -1) of the fast
+    objective with row ``skip`` (>= 0) deleted."""
+    n_eff = n - 1 if skip >= 0 else n
+    return n_eff, objective_ranges(n_eff, bt.bt_threads), bt.bt_pos[skip] if skip >= 0 else -1
+
+
+@_internal
+def n_parts(bt: Backtrack, n: int, skip: int) -> int:
+    """How many parts the objective of ``n`` rows (row ``skip`` >= 0 deleted) is summed in."""
+    if bt.bt_obj < 0:
+        return max(1, (n + CHUNK_ROWS - 1) // CHUNK_ROWS)
+    n_eff, n_ranges, _ = _layout(bt, n, skip)
+    return n_blocks(n_eff, n_ranges)
+
+
+@_internal
+def prepare(lay: Layout, bt: Backtrack, t: int, step: NDArray[np.float64], dl: NDArray[np.float64]) -> None:
+    """What every part of a try reads: the fast objective's exp of the try's leaf steps of tree
+    ``t`` into ``dl`` (leaves of the tree)."""
+    if bt.bt_obj >= 0:
+        base = lay.leaf_off[t]
+        L = lay.leaf_off[t + 1] - base
+        fastexp_vec(step[base : base + L], dl[:L])
+
+
+@_internal
+def part(
+    lay: Layout, y: NDArray[np.float64], loss: LossSpec, bt: Backtrack, t: int, A: NDArray[np.float64],
+    delta: NDArray[np.float64], sel: NDArray[np.bool_], every: bool, u: NDArray[np.float64],
+    step: NDArray[np.float64], dl: NDArray[np.float64], w: NDArray[np.float64], skip: int,
+    point_buf: NDArray[np.float64], mrow: NDArray[np.float64], fresh: bool, p: int,
+) -> tuple[float, float]:
+    """Part ``p`` of the objective of backtracking tree ``t`` with its leaves moved by ``u + step``:
+    (weighted loss sum, weight sum; the exact objective leaves the second 0).
+
+    Rows sit at ``A`` plus, where they are moved (``every`` or their leaf in ``sel``; only when
+    ``delta`` has rows), their change ``delta``; ``w`` are the weights and row ``skip`` (>= 0) is
+    deleted. ``bt.bt_obj < 0``: the rows of chunk ``p``, the weighted loss summed exactly. Otherwise
+    block ``p`` of the booster's own arithmetic (:mod:`.fastobj`, with ``dl`` from :func:`prepare`);
+    its rows' exp-space approx (``exp`` of the margin at ``u``) is computed into ``point_buf`` (n,)
+    when ``fresh``, else reused from the last try (the tries of one step share it: only an accepted
+    step moves ``u``). ``mrow`` (K,) is scratch.
+    """
+    n = A.shape[0]
+    base = lay.leaf_off[t]
+    c = lay.out[t]
+    track = delta.shape[0] > 0
+    if bt.bt_obj < 0:
+        total = 0.0
+        for j in range(p * CHUNK_ROWS, min(n, (p + 1) * CHUNK_ROWS)):
+            if j != skip:
+                mrow[:] = A[j]
+                if track and (every or sel[base + lay.leaf[t, j]]):
+                    mrow += delta[j]
+                mrow[c] += u[base + lay.leaf[t, j]] + step[base + lay.leaf[t, j]]
+                total += w[j] * loss_value(loss.code, loss.prm, y[j], mrow)
+        return total, 0.0
+    n_eff, n_ranges, at = _layout(bt, n, skip)
+    b0, b1, _ = block_bounds(n_eff, n_ranges, p)
+    if fresh:
+        for pos in range(b0, b1):
+            j = layout_row(pos, at, bt.bt_order)
+            m = A[j, c] + u[base + lay.leaf[t, j]]
+            if track and (every or sel[base + lay.leaf[t, j]]):
+                m += delta[j, c]
+            point_buf[j] = math.exp(m)
+    L = lay.leaf_off[t + 1] - base
+    return block_stats(bt.bt_obj, point_buf, dl[:L], lay.leaf[t], y[:, 0], w, b0, b1, at, bt.bt_order)
+
+
+@_internal
+def combine(bt: Backtrack, n: int, skip: int, parts: NDArray[np.float64]) -> float:
+    """The objective from its parts' sums ``parts`` (:func:`n_parts`, 2), added in order. Only
+    comparisons of two values of the same tree mean anything."""
+    if bt.bt_obj < 0:
+        total = 0.0
+        for p in range(n_parts(bt, n, skip)):
+            total += parts[p, 0]
+        return total
+    n_eff, n_ranges, _ = _layout(bt, n, skip)
+    return combine_blocks(n_eff, n_ranges, parts)
+
+
+@_internal
+def value(
+    lay: Layout, y: NDArray[np.float64], loss: LossSpec, bt: Backtrack, t: int, A: NDArray[np.float64],
+    delta: NDArray[np.float64], sel: NDArray[np.bool_], every: bool, u: NDArray[np.float64],
+    step: NDArray[np.float64], w: NDArray[np.float64], skip: int, point_buf: NDArray[np.float64],
+    dl: NDArray[np.float64], mrow: NDArray[np.float64], fresh: bool,
+) -> float:
+    """The objective of tree ``t`` (arguments as in :func:`part`), its parts computed in turn by
+    this thread."""
+    n = A.shape[0]
+    prepare(lay, bt, t, step, dl)
+    parts = np.empty((n_parts(bt, n, skip), 2))
+    for p in range(parts.shape[0]):
+        parts[p, 0], parts[p, 1] = part(lay, y, loss, bt, t, A, delta, sel, every, u, step, dl, w, skip,
+                                        point_buf, mrow, fresh, p)
+    return combine(bt, n, skip, parts)

@@ -1,0 +1,235 @@
+"""The replay's passes over the rows, shared by a team of threads (numba). Private to the engine.
+
+The replay (:func:`.passes.replay`) walks the rounds on thread 0, the driver. At each pass over
+the rows -- a leaf step's sums (:func:`step_sums`), a backtracking try's objective
+(:func:`try_objective`), a round's margin update (:func:`add_round`) -- the driver *posts* a job that
+every thread of the team (:mod:`.team`) does on its own chunks of :data:`.team.CHUNK_ROWS` rows;
+the other threads wait for jobs in :func:`serve`. The driver then adds the chunks' results in
+chunk order: a leaf's sum over its rows is summed chunk by chunk, each chunk in row order (for up
+to 4,096 rows, one chunk: row order), so the replay's sums, decisions and caches are the same
+whatever the number of threads.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .. import _jit as numba
+from ..losses import derivs1, grad_hess, jvp, params4, point, weighted
+from . import objective
+from .common import cache_slot, clear_sums, row_margin
+from .state import Backtrack, Cache, Joint, Layout, LossSpec, Rows, Sums, Trees
+from .team import CHUNK_ROWS, barrier, n_chunks, own_rows
+
+_internal = numba.njit(cache=True, nogil=True, internal=True)
+
+#: Job codes (``Work.job[0]``).
+SUMS, OBJECTIVE, ADD, STOP = 1, 2, 3, 4
+
+
+class Work(NamedTuple):
+    """What the team of one replay shares (n rows, K outputs, G weight groups)."""
+
+    n_team: int  # threads in the team
+    bar: NDArray[np.int64]  # (2,) the team's barrier (:func:`.team.barrier`)
+    job: NDArray[np.int64]  # (4,) the posted job: code and three arguments
+    P: NDArray[np.float64]  # (chunks, most step-leaf slots of a round, 4 + 2 G) each chunk's sums
+    # of w g, w h, w dg/dm, w dh/dm (and per group v g, v h) per step-leaf slot of the round
+    parts: NDArray[np.float64]  # (most objective parts, 2) a try's objective, part by part
+    u: NDArray[np.float64]  # (n_total,) in-tree moves of the current round's leaves
+    step: NDArray[np.float64]  # (n_total,) a backtracking try's leaf steps
+    dl: NDArray[np.float64]  # (most leaves of a tree,) the fast objective's exp of a try's steps
+    point_buf: NDArray[np.float64]  # (n,) the fast objective's exp-space approx of each row
+
+
+def make_work(n_team: int, n: int, K: int, n_groups: int, n_total: int, most_leaves: int, most_slots: int,
+              parts: int) -> Work:
+    """A :class:`Work` for a team of ``n_team`` (``parts``: most parts of a try's objective)."""
+    return Work(n_team=n_team, bar=np.zeros(2, dtype=np.int64), job=np.zeros(4, dtype=np.int64),
+                P=np.zeros((n_chunks(n), most_slots, 4 + 2 * n_groups)), parts=np.zeros((max(parts, 1), 2)),
+                u=np.zeros(n_total), step=np.zeros(n_total), dl=np.empty(most_leaves), point_buf=np.empty(n))
+
+
+@_internal
+def _sums_rows(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, cache: Cache, r: int, s: int, q: int,
+    A: NDArray[np.float64], u: NDArray[np.float64], j0: int, j1: int, P: NDArray[np.float64],
+    scratch: NDArray[np.float64],
+) -> None:
+    """Step ``s`` of round ``r`` at in-tree moves ``u``, rows ``j0 .. j1 - 1`` (one chunk): their
+    sums into the chunk's ``P`` (step-leaf slot - the round's first, 4 + 2 G), zeroed first, and
+    their derivatives into the cache's slot ``q`` (-1: none). The sums' derivatives in ``u`` for
+    trees with several steps; per-group sums where ``P`` has room for them."""
+    K = A.shape[1]
+    t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
+    rs0 = lay.sl_off[lay.step_ptr[t0]]
+    mrow, z, g, h, unit, dg, dh = (scratch[0, :K], scratch[1, : loss.zsize], scratch[2, :K], scratch[3, :K],
+                                   scratch[4, :K], scratch[5, :K], scratch[6, :K])
+    unit[:] = 0.0
+    G = (P.shape[1] - 4) // 2
+    multi = trees.n_iter[t0] > 1
+    # Arrays taken out of their groups once: read from a group inside the loop, each would cost two
+    # atomic reference counts per row (measured: a fifth of CatBoost's replay).
+    leaf, leaf_off, out, newton, DER = lay.leaf, lay.leaf_off, lay.out, trees.newton, cache.DER
+    code, prm, f32, y, w, v, grp = loss.code, loss.prm, rows.f32, rows.y, rows.w, rows.v, rows.grp
+    p4 = params4(prm)
+    first = np.empty(t1 - t0, dtype=np.int64)  # each tree's first slot of the step, from the round's
+    for t in range(t0, t1):
+        first[t - t0] = lay.sl_off[lay.step_ptr[t] + s] - rs0
+        P[first[t - t0] : first[t - t0] + leaf_off[t + 1] - leaf_off[t]] = 0.0
+    for j in range(j0, j1):
+        if K == 1:  # scalars only: no per-row array views or calls taking arrays
+            m = A[j, 0]
+            for t in range(t0, t1):
+                m += u[leaf_off[t] + leaf[t, j]]
+            gg, hh, dg[0], dh[0] = derivs1(code, p4, y[j, 0], m)
+            g[0], h[0] = gg, max(hh, prm[0])
+            if hh < prm[0]:
+                dh[0] = 0.0
+            if q >= 0:  # what the reverse sweep needs of this row at this step
+                DER[q, j, 0] = g[0]
+                DER[q, j, 1] = h[0]
+                DER[q, j, 2] = w[j] * dg[0]
+                DER[q, j, 3] = w[j] * dh[0]
+        else:
+            row_margin(lay, r, A, j, u, mrow)
+            point(code, prm, mrow, z)
+            grad_hess(code, prm, y[j], z, g, h)
+        wj = w[j]
+        for t in range(t0, t1):
+            c = out[t]
+            k = first[t - t0] + leaf[t, j]
+            wg, wh = weighted(code, g[c], h[c], wj, f32)
+            P[k, 0] += wg
+            P[k, 1] += wh if newton[t] else wj
+            if G > 0:
+                P[k, 4 + grp[j]] += v[j] * g[c]
+                P[k, 4 + G + grp[j]] += v[j] * (h[c] if newton[t] else 1.0)
+            if multi:  # d/du of the sums, for the steps after this one
+                if K > 1:
+                    unit[c] = 1.0
+                    jvp(code, prm, y[j], z, unit, dg, dh)
+                    unit[c] = 0.0
+                P[k, 2] += wj * dg[c]
+                P[k, 3] += wj * dh[c]
+
+
+@_internal
+def _do(
+    tid: int, lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache,
+    bt: Backtrack | None, A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64],
+) -> None:
+    """Thread ``tid``'s share of the posted job."""
+    code, a1, a2, a3 = work.job[0], work.job[1], work.job[2], work.job[3]
+    n = A.shape[0]
+    j0, j1 = own_rows(n, tid, work.n_team)
+    if code == SUMS:  # round a1, step a2, cache slot a3
+        for c0 in range(j0, j1, CHUNK_ROWS):
+            _sums_rows(lay, trees, rows, loss, cache, a1, a2, a3, A, work.u, c0, min(j1, c0 + CHUNK_ROWS),
+                       work.P[c0 // CHUNK_ROWS], scratch)
+    elif code == ADD:  # round a1's stored leaf values added to the margins
+        for t in range(lay.round_ptr[a1], lay.round_ptr[a1 + 1]):
+            c = lay.out[t]
+            base = lay.leaf_off[t]
+            for j in range(j0, j1):
+                A[j, c] += sums.stored[base + lay.leaf[t, j]]
+    elif code == OBJECTIVE:  # tree a1, exp-space approx computed afresh if a2
+        if bt is None:
+            return
+        n_p = objective.n_parts(bt, n, -1)
+        no_delta = np.empty((0, A.shape[1]))
+        no_sel = np.zeros(0, dtype=np.bool_)
+        for p in range(tid * n_p // work.n_team, (tid + 1) * n_p // work.n_team):
+            work.parts[p, 0], work.parts[p, 1] = objective.part(
+                lay, rows.y, loss, bt, a1, A, no_delta, no_sel, False, work.u, work.step, work.dl, rows.w, -1,
+                work.point_buf, scratch[0, : A.shape[1]], a2 != 0, p)
+
+
+@_internal
+def _post(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, bt: Backtrack | None,
+    A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64], code: int, a1: int, a2: int, a3: int,
+) -> None:
+    """The driver posts a job, does its own share and waits for the team's."""
+    work.job[0], work.job[1], work.job[2], work.job[3] = code, a1, a2, a3
+    barrier(work.bar, work.n_team)
+    _do(0, lay, trees, rows, loss, sums, cache, bt, A, work, scratch)
+    barrier(work.bar, work.n_team)
+
+
+@_internal
+def serve(
+    tid: int, lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache,
+    bt: Backtrack | None, A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64],
+) -> None:
+    """Thread ``tid`` (> 0): do each job the driver posts, until it posts :data:`STOP`."""
+    while True:
+        barrier(work.bar, work.n_team)
+        if work.job[0] == STOP:
+            return
+        _do(tid, lay, trees, rows, loss, sums, cache, bt, A, work, scratch)
+        barrier(work.bar, work.n_team)
+
+
+@_internal
+def stop(work: Work) -> None:
+    """The driver lets the team go (after its last job)."""
+    work.job[0] = STOP
+    barrier(work.bar, work.n_team)
+
+
+@_internal
+def step_sums(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, joint: Joint | None,
+    bt: Backtrack | None, A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64], r: int, s: int,
+) -> None:
+    """Leaf sums of step ``s`` of round ``r`` at in-tree moves ``work.u``, into slot ``s``.
+
+    Also the sums' derivatives in ``u`` for trees with several steps, per-group sums when class
+    factors move with the weights, and each row's derivatives in the cache where it has a slot.
+    ``scratch`` is (7, max(K, zsize))."""
+    t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
+    q = cache_slot(cache, lay.step_ptr[t0] + s) if A.shape[1] == 1 else -1
+    _post(lay, trees, rows, loss, sums, cache, bt, A, work, scratch, SUMS, r, s, q)
+    rs0 = lay.sl_off[lay.step_ptr[t0]]
+    G = sums.GV.shape[1] if sums.GV.shape[0] > 0 else 0
+    for t in range(t0, t1):
+        o = lay.sl_off[lay.step_ptr[t] + s]
+        L = lay.leaf_off[t + 1] - lay.leaf_off[t]
+        clear_sums(sums, joint, o, L)
+        for c in range(work.P.shape[0]):
+            Pc = work.P[c]
+            for sl in range(o, o + L):
+                k = sl - rs0
+                sums.G[sl] += Pc[k, 0]
+                sums.H[sl] += Pc[k, 1]
+                sums.SDG[sl] += Pc[k, 2]
+                sums.SDH[sl] += Pc[k, 3]
+                for gi in range(G):
+                    sums.GV[sl, gi] += Pc[k, 4 + gi]
+                    sums.HV[sl, gi] += Pc[k, 4 + G + gi]
+
+
+@_internal
+def try_objective(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, bt: Backtrack,
+    A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64], t: int, fresh: bool,
+) -> float:
+    """The objective backtracking tree ``t`` compares (:func:`.objective.value`) at the moves
+    ``work.u`` plus the try ``work.step``, no row deleted; the exp-space approx computed afresh
+    into ``work.point_buf`` if ``fresh``."""
+    objective.prepare(lay, bt, t, work.step, work.dl)
+    _post(lay, trees, rows, loss, sums, cache, bt, A, work, scratch, OBJECTIVE, t, 1 if fresh else 0, 0)
+    return objective.combine(bt, A.shape[0], -1, work.parts)
+
+
+@_internal
+def add_round(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, bt: Backtrack | None,
+    A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64], r: int,
+) -> None:
+    """Move every row's margins ``A`` past round ``r`` by its stored leaf values."""
+    _post(lay, trees, rows, loss, sums, cache, bt, A, work, scratch, ADD, r, 0, 0)
