@@ -14,6 +14,41 @@ from numpy.typing import NDArray
 from . import _jit as numba
 from .trees import MISSING_NAN, MISSING_ZERO, ZERO_THRESHOLD, TreeStructure
 
+_internal = numba.njit(cache=True, nogil=True, internal=True)
+
+
+@_internal
+def _route(x: float, mt: int, default_left: bool, is_cat: bool, inclusive: bool, threshold: float
+           ) -> tuple[bool, bool, int]:
+    """Where value ``x`` goes at a node with these settings: (decided, left, category code). A
+    categorical node with a finite ``x`` is not decided here: the caller looks the code up
+    (:func:`_in_codes`). Scalars only (a call per node given arrays would count references to
+    them)."""
+    if np.isnan(x):
+        if mt == MISSING_NAN:
+            return True, default_left, 0
+        x = 0.0
+    if mt == MISSING_ZERO and abs(x) <= ZERO_THRESHOLD:
+        return True, default_left, 0
+    if is_cat:
+        if np.isfinite(x):
+            return False, False, int(np.trunc(x))
+        return True, False, 0
+    return True, (x <= threshold) if inclusive else (x < threshold), 0
+
+
+@_internal
+def _in_codes(code: int, cat_codes: NDArray[np.int64], lo: int, hi: int) -> bool:
+    """Whether ``code`` is in the sorted ``cat_codes[lo:hi]`` (the codes that go left)."""
+    end = hi
+    while lo < hi:  # binary search
+        mid = (lo + hi) // 2
+        if cat_codes[mid] < code:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo < end and cat_codes[lo] == code
+
 
 @numba.njit(cache=True, nogil=True)
 def _sum_leaves(  # noqa: C901 -- one loop nest; helpers would cost a call per node
@@ -56,35 +91,121 @@ def _sum_leaves(  # noqa: C901 -- one loop nest; helpers would cost a call per n
                 if reused:  # the tree reads no changed feature: the base row's leaf
                     node = node0[t]
             while left[node] >= 0:
-                x = Z[i, feature[node]]
-                mt = missing_type[node]
-                if np.isnan(x):
-                    if mt == MISSING_NAN:
-                        node = left[node] if default_left[node] else right[node]
-                        continue
-                    x = 0.0
-                if mt == MISSING_ZERO and abs(x) <= ZERO_THRESHOLD:
-                    go = default_left[node]
-                elif is_cat[node]:
-                    go = False
-                    if np.isfinite(x):
-                        code = np.int64(np.trunc(x))
-                        lo, hi = cat_offset[node], cat_offset[node + 1]
-                        while lo < hi:  # binary search in the sorted codes that go left
-                            mid = (lo + hi) // 2
-                            if cat_codes[mid] < code:
-                                lo = mid + 1
-                            else:
-                                hi = mid
-                        go = lo < cat_offset[node + 1] and cat_codes[lo] == code
-                elif inclusive[node]:
-                    go = x <= threshold[node]
-                else:
-                    go = x < threshold[node]
+                decided, go, code = _route(Z[i, feature[node]], missing_type[node], default_left[node],
+                                           is_cat[node], inclusive[node], threshold[node])
+                if not decided:
+                    go = _in_codes(code, cat_codes, cat_offset[node], cat_offset[node + 1])
                 node = left[node] if go else right[node]
             for j in range(k):
                 out[i, j] += value[node, j]
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _sum_oblivious(  # noqa: C901 -- one loop nest; helpers would cost a call per split
+    Z: NDArray[np.float64],
+    z0: NDArray[np.float64],
+    cond_node: NDArray[np.int64],
+    cond_feature: NDArray[np.int64],
+    feature_start: NDArray[np.int64],
+    feature_conds: NDArray[np.int64],
+    occ_start: NDArray[np.int64],
+    occ_tree: NDArray[np.int64],
+    occ_bit: NDArray[np.int64],
+    level_cond: NDArray[np.int64],
+    depth: NDArray[np.int64],
+    leaf_start: NDArray[np.int64],
+    leaf_node: NDArray[np.int64],
+    threshold: NDArray[np.float64],
+    inclusive: NDArray[np.bool_],
+    default_left: NDArray[np.bool_],
+    missing_type: NDArray[np.int8],
+    is_cat: NDArray[np.bool_],
+    cat_offset: NDArray[np.int64],
+    cat_codes: NDArray[np.int64],
+    value: NDArray[np.float64],
+) -> NDArray[np.float64]:
+    """Summed leaf values of rows ``Z`` that differ from the base row ``z0`` in a few features,
+    for oblivious trees (arguments from :class:`Oblivious`): the base row's direction at every
+    split and leaf code in every tree are found once; a row re-decides only the splits on the
+    features it changes, and a split whose direction flips flips one bit of the code of each tree
+    level testing it (``occ_*``). The trees so touched are looked up again: the change of their
+    leaf values is added to the base row's sum (trees in order)."""
+    n, n_features = Z.shape
+    T, k = depth.shape[0], value.shape[1]
+    C = cond_node.shape[0]
+    base_right = np.zeros(C, dtype=np.bool_)  # the base row's direction at each split
+    for c in range(C):
+        node = cond_node[c]
+        decided, go, code = _route(z0[cond_feature[c]], missing_type[node], default_left[node], is_cat[node],
+                                   inclusive[node], threshold[node])
+        if not decided:
+            go = _in_codes(code, cat_codes, cat_offset[node], cat_offset[node + 1])
+        base_right[c] = not go
+    base_code = np.zeros(T, dtype=np.int64)
+    base_sum = np.zeros(k)
+    for t in range(T):
+        for lvl in range(depth[t]):
+            base_code[t] = 2 * base_code[t] + (1 if base_right[level_cond[t, lvl]] else 0)
+        node = leaf_node[leaf_start[t] + base_code[t]]
+        for j in range(k):
+            base_sum[j] += value[node, j]
+    out = np.empty((n, k))
+    codes = base_code.copy()
+    touched = np.empty(T, dtype=np.int64)
+    is_touched = np.zeros(T, dtype=np.bool_)
+    for i in range(n):
+        n_touched = 0
+        for f in range(n_features):
+            a, b = Z[i, f], z0[f]
+            if a == b or (np.isnan(a) and np.isnan(b)):
+                continue
+            for q in range(feature_start[f], feature_start[f + 1]):
+                c = feature_conds[q]
+                node = cond_node[c]
+                decided, go, code = _route(a, missing_type[node], default_left[node], is_cat[node],
+                                           inclusive[node], threshold[node])
+                if not decided:
+                    go = _in_codes(code, cat_codes, cat_offset[node], cat_offset[node + 1])
+                if go == base_right[c]:  # the direction flips
+                    for o in range(occ_start[c], occ_start[c + 1]):
+                        t = occ_tree[o]
+                        codes[t] ^= occ_bit[o]
+                        if not is_touched[t]:
+                            is_touched[t] = True
+                            touched[n_touched] = t
+                            n_touched += 1
+        for j in range(k):
+            out[i, j] = base_sum[j]
+        for q in range(n_touched):
+            t = touched[q]
+            new, old = leaf_node[leaf_start[t] + codes[t]], leaf_node[leaf_start[t] + base_code[t]]
+            for j in range(k):
+                out[i, j] += value[new, j] - value[old, j]
+            codes[t] = base_code[t]
+            is_touched[t] = False
+    return out
+
+
+class Oblivious:
+    """A structure of oblivious trees (:attr:`.trees.TreeStructure.oblivious`) indexed for
+    :func:`_sum_oblivious`: each feature's splits, and each split's tree levels with the bit of
+    the tree's leaf code it sets."""
+
+    def __init__(self, structure: TreeStructure) -> None:
+        ob = structure.oblivious
+        assert ob is not None
+        self.levels = ob
+        self.cond_feature = structure.feature[ob.cond_node].astype(np.int64)
+        order = np.argsort(self.cond_feature, kind="stable")
+        self.feature_conds = order.astype(np.int64)
+        self.feature_start = np.searchsorted(self.cond_feature[order], np.arange(structure.n_features + 1))
+        t, lvl = np.nonzero(ob.level_cond >= 0)
+        cond = ob.level_cond[t, lvl]
+        by = np.lexsort((t, cond))
+        self.occ_tree = t[by].astype(np.int64)
+        self.occ_bit = (np.int64(1) << (ob.depth[t] - 1 - lvl))[by].astype(np.int64)
+        self.occ_start = np.searchsorted(cond[by], np.arange(ob.cond_node.size + 1)).astype(np.int64)
 
 
 def tree_uses(structure: TreeStructure) -> NDArray[np.bool_]:
@@ -98,12 +219,16 @@ def tree_uses(structure: TreeStructure) -> NDArray[np.bool_]:
 
 class Base:
     """A row whose leaves are known, so that rows differing from it in a few features only walk the
-    trees that read one of those features: ``uses`` (n_trees, n_features) from :func:`tree_uses`."""
+    trees that read one of those features: ``uses`` (n_trees, n_features) from :func:`tree_uses`;
+    ``oblivious`` (a structure of oblivious trees, :class:`Oblivious`): only the splits on those
+    features are decided again."""
 
-    def __init__(self, structure: TreeStructure, x: NDArray[np.float64], uses: NDArray[np.bool_]) -> None:
+    def __init__(self, structure: TreeStructure, x: NDArray[np.float64], uses: NDArray[np.bool_],
+                 oblivious: Oblivious | None = None) -> None:
         self.z = np.ascontiguousarray(structure.prepare_inputs(x[None, :])[0])
         self.nodes = np.ascontiguousarray(structure.apply_nodes(self.z[None, :], prepared=True)[0])
         self.uses = np.ascontiguousarray(uses)
+        self.oblivious = oblivious
 
 
 _NO_BASE = (np.empty(0), np.empty(0, dtype=np.int64), np.empty((0, 0), dtype=bool))
@@ -113,10 +238,20 @@ def predict_margin(
     structure: TreeStructure, X: NDArray[np.float64], base: Base | None = None
 ) -> NDArray[np.float64]:
     """Margins of rows (n_rows, n_features), shape (n_rows, n_outputs): ``structure.predict_margin(X)``
-    up to summation order (trees in order here, pairwise in numpy). With ``base``, trees that read
-    none of the features in which a row differs from the base row reuse the base row's leaf."""
+    up to summation order (trees in order here, pairwise in numpy; with an oblivious ``base``, the
+    base row's sum plus the changes of the trees a row's changes touch). With ``base``, trees that
+    read none of the features in which a row differs from the base row reuse the base row's leaf."""
     s = structure
     Z = np.ascontiguousarray(s.prepare_inputs(X))
+    if base is not None and base.oblivious is not None:
+        ob = base.oblivious
+        lv = ob.levels
+        total = _sum_oblivious(Z, base.z, lv.cond_node, ob.cond_feature, ob.feature_start, ob.feature_conds,
+                               ob.occ_start, ob.occ_tree, ob.occ_bit, lv.level_cond, lv.depth, lv.leaf_start,
+                               lv.leaf_node, s.threshold, s.inclusive, s.default_left, s.missing_type,
+                               s.is_categorical_split, s.cat_offset, s.cat_codes,
+                               np.ascontiguousarray(s.value))
+        return s.base_margin[None, :] + s.scale * total
     extra = _NO_BASE if base is None else (base.z, base.nodes, base.uses)
     total = _sum_leaves(
         Z,

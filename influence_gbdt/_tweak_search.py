@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from ._tweak_kernels import Base, predict_margin, tree_uses
+from ._tweak_kernels import Base, Oblivious, predict_margin, tree_uses
 from ._tweak_space import Grid, Point
 from .errors import InputError
 from .trees import TreeStructure
@@ -191,6 +191,7 @@ class Search:
         s = grid.structure
         self.leaf_values = s.value[grid.leaves]
         self.uses = tree_uses(s)
+        self.oblivious = Oblivious(s) if s.oblivious is not None else None
 
     # ------------------------------------------------------------------ building blocks
     def evaluate(self, V: NDArray[np.float64], goal: Goal, base: Base | None = None) -> NDArray[np.float64]:
@@ -253,7 +254,7 @@ class Search:
         """Solutions for one row, cheapest first (at most ``keep``)."""
         g = self.grid
         found = Solutions.empty(point.x.size)
-        base = Base(g.structure, point.x, self.uses)
+        base = Base(g.structure, point.x, self.uses, self.oblivious)
         margin = g.structure.margin_of_nodes(base.nodes[None, :])
         x_score = float(goal.score(margin)[0])
         lo_all, hi_all, allowed_all = g.boxes

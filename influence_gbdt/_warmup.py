@@ -203,8 +203,8 @@ def _catboost_stream() -> None:
 
 
 def _tweak_kernel() -> None:
-    """The feature-tweaking margin kernel, with and without a base row, on a real (read-only)
-    tree structure: one split on feature 0 and two leaves."""
+    """The feature-tweaking margin kernels, with and without a base row (an oblivious one too), on
+    a real (read-only) tree structure: one split on feature 0 and two leaves."""
     from . import _tweak_kernels as T
     from .trees import TreeStructure
 
@@ -221,6 +221,7 @@ def _tweak_kernel() -> None:
     X = np.array([[0.0, 1.0], [1.0, 0.0]])
     T.predict_margin(structure, X)
     T.predict_margin(structure, X, T.Base(structure, X[0], T.tree_uses(structure)))
+    T.predict_margin(structure, X, T.Base(structure, X[0], T.tree_uses(structure), T.Oblivious(structure)))
 
 
 def _configured(name: str) -> None:

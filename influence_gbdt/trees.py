@@ -53,6 +53,31 @@ _NODE_ARRAYS: dict[str, Any] = {
 
 
 @dataclass(frozen=True, eq=False)
+class ObliviousLevels:
+    """A structure whose trees each test one split per level (:attr:`TreeStructure.oblivious`),
+    the splits that several levels share numbered once.
+
+    Attributes
+    ----------
+    depth : ndarray of shape (n_trees,), int64
+        Levels of each tree.
+    cond_node : ndarray of shape (n_splits,), int64
+        A node testing each distinct split (every node of that split routes a row alike).
+    level_cond : ndarray of shape (n_trees, max depth), int64
+        The split of each level, root first (-1 past the tree's depth).
+    leaf_start, leaf_node : ndarrays of shapes (n_trees + 1,) and (sum of 2 ** depth,), int64
+        The leaf node tree ``t`` sends a row to is ``leaf_node[leaf_start[t] + code]``, where bit
+        ``depth - 1 - k`` of ``code`` is 1 iff the row goes right at level ``k``.
+    """
+
+    depth: NDArray[np.int64]
+    cond_node: NDArray[np.int64]
+    level_cond: NDArray[np.int64]
+    leaf_start: NDArray[np.int64]
+    leaf_node: NDArray[np.int64]
+
+
+@dataclass(frozen=True, eq=False)
 class TreeStructure:
     """Immutable struct of arrays describing a trained tree ensemble (all libraries alike).
 
@@ -217,6 +242,49 @@ class TreeStructure:
             members = self.cat_codes[self.cat_offset[n] : self.cat_offset[n + 1]]
             table[i, np.searchsorted(known[int(self.feature[n])], members)] = True
         return row, known, table
+
+    @cached_property
+    def oblivious(self) -> ObliviousLevels | None:
+        """Every tree as one split per level (CatBoost's symmetric trees), or None where a tree is
+        not: each level's nodes test the same split and every leaf sits at the same depth."""
+        splits: dict[tuple[Any, ...], int] = {}
+        cond_node: list[int] = []
+        depth = np.zeros(self.n_trees, dtype=np.int64)
+        levels: list[list[int]] = []
+        leaves: list[NDArray[np.int64]] = []
+        for t in range(self.n_trees):
+            level = self.tree_offset[t : t + 1].astype(np.int64)
+            conds: list[int] = []
+            while (self.left[level] >= 0).any():
+                first = int(level[0])
+                key = self._split_key(first)
+                same = all(self._split_key(int(n)) == key for n in level[1:])
+                if not (same and (self.left[level] >= 0).all()):
+                    return None
+                if key not in splits:
+                    splits[key] = len(cond_node)
+                    cond_node.append(first)
+                conds.append(splits[key])
+                level = np.column_stack([self.left[level], self.right[level]]).ravel().astype(np.int64)
+            depth[t] = len(conds)
+            levels.append(conds)
+            leaves.append(level)
+        level_cond = np.full((self.n_trees, int(depth.max(initial=0))), -1, dtype=np.int64)
+        for t, conds in enumerate(levels):
+            level_cond[t, : len(conds)] = conds
+        leaf_start = np.zeros(self.n_trees + 1, dtype=np.int64)
+        np.cumsum([leaf.size for leaf in leaves], out=leaf_start[1:])
+        leaf_node = np.concatenate(leaves) if leaves else np.empty(0, dtype=np.int64)
+        return ObliviousLevels(depth=depth, cond_node=np.array(cond_node, dtype=np.int64),
+                               level_cond=level_cond, leaf_start=leaf_start, leaf_node=leaf_node)
+
+    def _split_key(self, node: int) -> tuple[Any, ...]:
+        """What a row's direction at ``node`` depends on (two nodes with one key route alike)."""
+        threshold = float(self.threshold[node])
+        return (int(self.feature[node]), None if np.isnan(threshold) else threshold,
+                bool(self.inclusive[node]), bool(self.default_left[node]), int(self.missing_type[node]),
+                bool(self.is_categorical_split[node]),
+                tuple(self.cat_codes[self.cat_offset[node] : self.cat_offset[node + 1]].tolist()))
 
     # ------------------------------------------------------------------ evaluation
     def prepare_inputs(self, X: ArrayLike) -> NDArray[np.float64]:

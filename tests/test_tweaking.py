@@ -21,7 +21,7 @@ import xgboost as xgb
 from influence_gbdt.adapters import trees_for
 
 from influence_gbdt import FeatureTweaking
-from influence_gbdt._tweak_kernels import predict_margin
+from influence_gbdt._tweak_kernels import Base, Oblivious, predict_margin, tree_uses
 from influence_gbdt._tweak_search import Cost, Goal
 from influence_gbdt.errors import InputError, UnsupportedModelError
 
@@ -290,6 +290,35 @@ def test_compiled_margins_equal_the_numpy_reference() -> None:
         np.testing.assert_allclose(
             predict_margin(reader.structure, Z), reader.structure.predict_margin(Z), rtol=0, atol=1e-13
         )
+
+
+def test_oblivious_margins_equal_the_walk() -> None:
+    """CatBoost's symmetric trees: rows that differ from a base row in a few features (NaN and a
+    one-hot category among them) get, from the splits they re-decide alone, the margins of a walk
+    down every tree (numpy's reference)."""
+    frame, y = _frame()
+    frame.loc[::9, "hours"] = np.nan
+    rng = np.random.default_rng(7)
+    for model, data in (
+        (cb.CatBoostClassifier(iterations=40, depth=4, cat_features=["job"], one_hot_max_size=10, **CB).fit(
+            frame, y), frame),
+        (cb.CatBoostClassifier(iterations=30, depth=3, loss_function="MultiClass", **CB).fit(X, Y3), X),
+        (cb.CatBoostRegressor(iterations=30, depth=5, **CB).fit(X, X[:, 0]), X),
+    ):
+        s = trees_for(model).structure
+        assert s.oblivious is not None
+        Z = trees_for(model).encode(data)
+        base = Base(s, Z[0], tree_uses(s), Oblivious(s))
+        V = np.repeat(Z[:1], 300, axis=0)
+        for i in range(V.shape[0]):  # one to three features taken from other rows
+            cols = rng.choice(Z.shape[1], size=1 + i % 3, replace=False)
+            V[i, cols] = Z[rng.integers(Z.shape[0]), cols]
+        V[:5] = Z[:5]  # and rows differing anywhere
+        scale = np.abs(s.predict_margin(V)).max()
+        # same leaves, so equal up to summation order (the base row's sum plus the touched trees' changes)
+        np.testing.assert_allclose(predict_margin(s, V, base), s.predict_margin(V), rtol=0,
+                                   atol=1e-13 * scale)
+    assert trees_for(_model("lightgbm")).structure.oblivious is None
 
 
 # ---------------------------------------------------------------------------------- API
