@@ -8,6 +8,11 @@ level-by-level gathers, which pay for every level of every (row, tree) pair in a
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numba as _numba
 import numpy as np
 from numpy.typing import NDArray
 
@@ -109,6 +114,8 @@ def _sum_oblivious(  # noqa: C901 -- one loop nest; helpers would cost a call pe
     cond_feature: NDArray[np.int64],
     feature_start: NDArray[np.int64],
     feature_conds: NDArray[np.int64],
+    feature_sorted: NDArray[np.bool_],
+    sorted_threshold: NDArray[np.float64],
     occ_start: NDArray[np.int64],
     occ_tree: NDArray[np.int64],
     occ_bit: NDArray[np.int64],
@@ -129,8 +136,11 @@ def _sum_oblivious(  # noqa: C901 -- one loop nest; helpers would cost a call pe
     for oblivious trees (arguments from :class:`Oblivious`): the base row's direction at every
     split and leaf code in every tree are found once; a row re-decides only the splits on the
     features it changes, and a split whose direction flips flips one bit of the code of each tree
-    level testing it (``occ_*``). The trees so touched are looked up again: the change of their
-    leaf values is added to the base row's sum (trees in order)."""
+    level testing it (``occ_*``). On a feature whose splits are all numerical thresholds of one
+    kind (``feature_sorted``), the splits that flip between two non-missing values are those
+    whose threshold lies between them: found by binary search in ``sorted_threshold``. The trees
+    so touched are looked up again: the change of their leaf values is added to the base row's sum
+    (trees in order)."""
     n, n_features = Z.shape
     T, k = depth.shape[0], value.shape[1]
     C = cond_node.shape[0]
@@ -160,14 +170,25 @@ def _sum_oblivious(  # noqa: C901 -- one loop nest; helpers would cost a call pe
             a, b = Z[i, f], z0[f]
             if a == b or (np.isnan(a) and np.isnan(b)):
                 continue
-            for q in range(feature_start[f], feature_start[f + 1]):
+            q0, q1 = feature_start[f], feature_start[f + 1]
+            ranged = feature_sorted[f] and not (np.isnan(a) or np.isnan(b)) and q1 > q0
+            if ranged:  # the thresholds between a and b (left iff x <= t, or x < t): all flip
+                lo, hi = min(a, b), max(a, b)
+                side_left = inclusive[cond_node[feature_conds[q0]]]
+                seg = sorted_threshold[q0:q1]
+                if side_left:
+                    q0, q1 = q0 + np.searchsorted(seg, lo, "left"), q0 + np.searchsorted(seg, hi, "left")
+                else:
+                    q0, q1 = q0 + np.searchsorted(seg, lo, "right"), q0 + np.searchsorted(seg, hi, "right")
+            for q in range(q0, q1):
                 c = feature_conds[q]
-                node = cond_node[c]
-                decided, go, code = _route(a, missing_type[node], default_left[node], is_cat[node],
-                                           inclusive[node], threshold[node])
-                if not decided:
-                    go = _in_codes(code, cat_codes, cat_offset[node], cat_offset[node + 1])
-                if go == base_right[c]:  # the direction flips
+                if not ranged:
+                    node = cond_node[c]
+                    decided, go, code = _route(a, missing_type[node], default_left[node], is_cat[node],
+                                               inclusive[node], threshold[node])
+                    if not decided:
+                        go = _in_codes(code, cat_codes, cat_offset[node], cat_offset[node + 1])
+                if ranged or go == base_right[c]:  # the direction flips
                     for o in range(occ_start[c], occ_start[c + 1]):
                         t = occ_tree[o]
                         codes[t] ^= occ_bit[o]
@@ -197,9 +218,18 @@ class Oblivious:
         assert ob is not None
         self.levels = ob
         self.cond_feature = structure.feature[ob.cond_node].astype(np.int64)
-        order = np.argsort(self.cond_feature, kind="stable")
+        nodes = ob.cond_node
+        order = np.lexsort((structure.threshold[nodes], self.cond_feature))  # by feature, then threshold
         self.feature_conds = order.astype(np.int64)
         self.feature_start = np.searchsorted(self.cond_feature[order], np.arange(structure.n_features + 1))
+        self.sorted_threshold = np.ascontiguousarray(structure.threshold[nodes][order])
+        # Features whose splits are numerical thresholds of one kind, none on |x| <= 1e-35
+        plain = ~structure.is_categorical_split[nodes] & (structure.missing_type[nodes] != MISSING_ZERO)
+        self.feature_sorted = np.ones(structure.n_features, dtype=bool)
+        for f in range(structure.n_features):
+            mine = self.cond_feature == f
+            kinds = np.unique(structure.inclusive[nodes][mine]).size
+            self.feature_sorted[f] = bool(plain[mine].all()) and kinds <= 1
         t, lvl = np.nonzero(ob.level_cond >= 0)
         cond = ob.level_cond[t, lvl]
         by = np.lexsort((t, cond))
@@ -234,39 +264,46 @@ class Base:
 _NO_BASE = (np.empty(0), np.empty(0, dtype=np.int64), np.empty((0, 0), dtype=bool))
 
 
+#: Rows per part of a margin computation split over threads (fewer rows: one call).
+PART_ROWS = 256
+_POOL: list[ThreadPoolExecutor] = []
+
+
+def _in_parts(kernel: Callable[..., NDArray[np.float64]], Z: NDArray[np.float64], *args: Any
+              ) -> NDArray[np.float64]:
+    """``kernel(Z, *args)`` (rows independent, nogil), its rows split over every core (numba's
+    thread count) when there are more than :data:`PART_ROWS`: the same values, sooner."""
+    threads = _numba.get_num_threads()
+    if Z.shape[0] <= PART_ROWS or threads == 1:
+        return kernel(Z, *args)
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(max_workers=threads, thread_name_prefix="influence-gbdt-tweak"))
+    parts = np.array_split(np.arange(Z.shape[0]), min(threads, -(-Z.shape[0] // PART_ROWS)))
+    futures = [_POOL[0].submit(kernel, np.ascontiguousarray(Z[p[0] : p[-1] + 1]), *args) for p in parts]
+    return np.concatenate([f.result() for f in futures])
+
+
 def predict_margin(
     structure: TreeStructure, X: NDArray[np.float64], base: Base | None = None
 ) -> NDArray[np.float64]:
     """Margins of rows (n_rows, n_features), shape (n_rows, n_outputs): ``structure.predict_margin(X)``
     up to summation order (trees in order here, pairwise in numpy; with an oblivious ``base``, the
     base row's sum plus the changes of the trees a row's changes touch). With ``base``, trees that
-    read none of the features in which a row differs from the base row reuse the base row's leaf."""
+    read none of the features in which a row differs from the base row reuse the base row's leaf.
+    Many rows are split over the cores."""
     s = structure
     Z = np.ascontiguousarray(s.prepare_inputs(X))
     if base is not None and base.oblivious is not None:
         ob = base.oblivious
         lv = ob.levels
-        total = _sum_oblivious(Z, base.z, lv.cond_node, ob.cond_feature, ob.feature_start, ob.feature_conds,
-                               ob.occ_start, ob.occ_tree, ob.occ_bit, lv.level_cond, lv.depth, lv.leaf_start,
-                               lv.leaf_node, s.threshold, s.inclusive, s.default_left, s.missing_type,
-                               s.is_categorical_split, s.cat_offset, s.cat_codes,
-                               np.ascontiguousarray(s.value))
+        total = _in_parts(_sum_oblivious, Z, base.z, lv.cond_node, ob.cond_feature, ob.feature_start,
+                          ob.feature_conds, ob.feature_sorted, ob.sorted_threshold, ob.occ_start, ob.occ_tree,
+                          ob.occ_bit, lv.level_cond, lv.depth, lv.leaf_start, lv.leaf_node, s.threshold,
+                          s.inclusive, s.default_left, s.missing_type, s.is_categorical_split, s.cat_offset,
+                          s.cat_codes, np.ascontiguousarray(s.value))
         return s.base_margin[None, :] + s.scale * total
     extra = _NO_BASE if base is None else (base.z, base.nodes, base.uses)
-    total = _sum_leaves(
-        Z,
-        s.tree_offset[:-1],
-        s.feature,
-        s.threshold,
-        s.inclusive,
-        s.default_left,
-        s.missing_type,
-        s.left,
-        s.right,
-        s.is_categorical_split,
-        s.cat_offset,
-        s.cat_codes,
-        np.ascontiguousarray(s.value),
-        *extra,
-    )
+    total = _in_parts(_sum_leaves, Z, s.tree_offset[:-1], s.feature, s.threshold, s.inclusive, s.default_left,
+                      s.missing_type, s.left, s.right, s.is_categorical_split, s.cat_offset, s.cat_codes,
+                      np.ascontiguousarray(s.value), *extra)
     return s.base_margin[None, :] + s.scale * total

@@ -293,9 +293,9 @@ def test_compiled_margins_equal_the_numpy_reference() -> None:
 
 
 def test_oblivious_margins_equal_the_walk() -> None:
-    """CatBoost's symmetric trees: rows that differ from a base row in a few features (NaN and a
-    one-hot category among them) get, from the splits they re-decide alone, the margins of a walk
-    down every tree (numpy's reference)."""
+    """CatBoost's symmetric trees: rows that differ from a base row in a few features (NaN, a
+    one-hot category and values on a threshold among them) get, from the splits they re-decide
+    alone, the margins of a walk down every tree (numpy's reference)."""
     frame, y = _frame()
     frame.loc[::9, "hours"] = np.nan
     rng = np.random.default_rng(7)
@@ -314,6 +314,10 @@ def test_oblivious_margins_equal_the_walk() -> None:
             cols = rng.choice(Z.shape[1], size=1 + i % 3, replace=False)
             V[i, cols] = Z[rng.integers(Z.shape[0]), cols]
         V[:5] = Z[:5]  # and rows differing anywhere
+        numeric = np.flatnonzero((s.feature >= 0) & ~s.is_categorical_split)
+        for i in range(5, 60):  # a value exactly on a split's threshold (inclusive: it goes left)
+            node = rng.choice(numeric)
+            V[i, s.feature[node]] = s.threshold[node]
         scale = np.abs(s.predict_margin(V)).max()
         # same leaves, so equal up to summation order (the base row's sum plus the touched trees' changes)
         np.testing.assert_allclose(predict_margin(s, V, base), s.predict_margin(V), rtol=0,
