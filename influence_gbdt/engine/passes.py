@@ -107,7 +107,7 @@ def replay_work(st: State, n_team: int) -> Work:
     round_slots = lay.sl_off[lay.step_ptr[lay.round_ptr[1:]]] - lay.sl_off[lay.step_ptr[lay.round_ptr[:-1]]]
     n_groups = st.sums.GV.shape[1] if st.sums.GV.shape[0] > 0 else 0
     parts = n_chunks(n) + (st.backtrack.bt_threads if st.backtrack is not None else 0)
-    return make_work(n_team, n, st.loss.K, n_groups, int(lay.leaf_off[-1]), int(np.diff(lay.leaf_off).max()),
+    return make_work(n_team, n, n_groups, int(lay.leaf_off[-1]), int(np.diff(lay.leaf_off).max()),
                      int(round_slots.max(initial=0)), parts)
 
 

@@ -3,8 +3,9 @@
 The replay (:func:`.passes.replay`) walks the rounds on thread 0, the driver. At each pass over
 the rows -- a leaf step's sums (:func:`step_sums`), a backtracking try's objective
 (:func:`try_objective`), a round's margin update (:func:`add_round`) -- the driver *posts* a job that
-every thread of the team (:mod:`.team`) does on its own chunks of :data:`.team.CHUNK_ROWS` rows;
-the other threads wait for jobs in :func:`serve`. The driver then adds the chunks' results in
+every thread of the team (:mod:`.team`) does on its own chunks of :data:`.team.CHUNK_ROWS` rows
+(for an objective: its share of the objective's parts, :mod:`.objective`); the other threads wait
+for jobs in :func:`serve`. The driver then adds the chunks' results in
 chunk order: a leaf's sum over its rows is summed chunk by chunk, each chunk in row order (for up
 to 4,096 rows, one chunk: row order), so the replay's sums, decisions and caches are the same
 whatever the number of threads.
@@ -31,7 +32,7 @@ SUMS, OBJECTIVE, ADD, STOP = 1, 2, 3, 4
 
 
 class Work(NamedTuple):
-    """What the team of one replay shares (n rows, K outputs, G weight groups)."""
+    """What the team of one replay shares (n rows, G weight groups)."""
 
     n_team: int  # threads in the team
     bar: NDArray[np.int64]  # (2,) the team's barrier (:func:`.team.barrier`)
@@ -45,8 +46,8 @@ class Work(NamedTuple):
     point_buf: NDArray[np.float64]  # (n,) the fast objective's exp-space approx of each row
 
 
-def make_work(n_team: int, n: int, K: int, n_groups: int, n_total: int, most_leaves: int, most_slots: int,
-              parts: int) -> Work:
+def make_work(n_team: int, n: int, n_groups: int, n_total: int, most_leaves: int, most_slots: int, parts: int
+              ) -> Work:
     """A :class:`Work` for a team of ``n_team`` (``parts``: most parts of a try's objective)."""
     return Work(n_team=n_team, bar=np.zeros(2, dtype=np.int64), job=np.zeros(4, dtype=np.int64),
                 P=np.zeros((n_chunks(n), most_slots, 4 + 2 * n_groups)), parts=np.zeros((max(parts, 1), 2)),
