@@ -32,7 +32,7 @@ from . import renewed as renewed_rule
 from .common import NONE, add_round, advance_row, every_step_cached, per_row, round_sizes, select_leaves
 from .rowjobs import Work, make_work, serve, stop
 from .rowjobs import add_round as add_round_team
-from .state import Backtrack, Cache, Joint, Layout, LossSpec, Renewed, Rows, State, Sums, Trees
+from .state import Backtrack, Cache, Joint, Layout, LossSpec, Renewed, Rows, State, Sums, Trees, largest_round
 from .team import n_chunks
 
 _jit = numba.njit(cache=True, nogil=True)
@@ -104,11 +104,10 @@ def replay_work(st: State, n_team: int) -> Work:
     """The team's shared arrays for :func:`replay` of ``st``."""
     lay = st.lay
     n = lay.leaf.shape[1]
-    round_slots = lay.sl_off[lay.step_ptr[lay.round_ptr[1:]]] - lay.sl_off[lay.step_ptr[lay.round_ptr[:-1]]]
     n_groups = st.sums.GV.shape[1] if st.sums.GV.shape[0] > 0 else 0
     parts = n_chunks(n) + (st.backtrack.bt_threads if st.backtrack is not None else 0)
     return make_work(n_team, n, n_groups, int(lay.leaf_off[-1]), int(np.diff(lay.leaf_off).max()),
-                     int(round_slots.max(initial=0)), parts)
+                     largest_round(lay)[1], parts)
 
 
 # ----------------------------------------------------------------------------------------------

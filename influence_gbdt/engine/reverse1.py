@@ -36,7 +36,7 @@ from ..losses import derivs1, params4
 from . import team
 from .common import every_step_cached
 from .plain import leaf_adjoints
-from .state import Cache, Layout, LossSpec, Rows, State, Sums, Trees
+from .state import Cache, Layout, LossSpec, Rows, State, Sums, Trees, largest_round
 from .team import CHUNK_ROWS, barrier, n_chunks, own_rows
 
 _internal = numba.njit(cache=True, nogil=True, internal=True)
@@ -347,9 +347,7 @@ def reverse(
     B = c_leaf.shape[0]
     n = A_final.shape[0]
     lay = st.lay
-    round_leaves = lay.leaf_off[lay.round_ptr[1:]] - lay.leaf_off[lay.round_ptr[:-1]]
-    round_slots = lay.sl_off[lay.step_ptr[lay.round_ptr[1:]]] - lay.sl_off[lay.step_ptr[lay.round_ptr[:-1]]]
-    most_leaves, most_slots = int(round_leaves.max(initial=0)), int(round_slots.max(initial=0))
+    most_leaves, most_slots = largest_round(lay)
     n_slots = int(lay.sl_off[-1])
     defer = B > 2 and n_slots * B * 16.0 * concurrent <= KEPT_BYTES
     kept = n_slots if defer else most_slots

@@ -173,6 +173,14 @@ class State(NamedTuple):
     backtrack: Backtrack | None
 
 
+def largest_round(lay: Layout) -> tuple[int, int]:
+    """The most leaves, and the most step-leaf slots, of any round (what
+    :func:`.common.round_sizes` computes in compiled code), for the buffers Python allocates."""
+    leaves = lay.leaf_off[lay.round_ptr[1:]] - lay.leaf_off[lay.round_ptr[:-1]]
+    slots = lay.sl_off[lay.step_ptr[lay.round_ptr[1:]]] - lay.sl_off[lay.step_ptr[lay.round_ptr[:-1]]]
+    return int(leaves.max(initial=0)), int(slots.max(initial=0))
+
+
 def derivative_cache_slots(e: TreeEnsemble, cache_bytes: float) -> int:
     """How many leaf steps' derivatives of ``e`` the cache holds within ``cache_bytes`` (0 when
     :func:`cache_eligible` is False). A round's trees step together (one slot per round and step);
