@@ -50,6 +50,8 @@ from numpy.typing import NDArray
 from influence_gbdt import _jit as numba
 from influence_gbdt.errors import InputError, ReproductionError, UnsupportedModelError
 
+from .catboost_stored_ctr import ctr_split_columns
+
 _MASK64 = (1 << 64) - 1
 _LCG_MUL = 6364136223846793005
 _MODELLED_CTRS = ("Borders", "Counter")
@@ -456,10 +458,7 @@ def training_leaves(model_json: Mapping[str, Any], params: Mapping[str, Any], X:
     ctrs = info["ctrs"]
     learn, averaging = fold_permutations(n, params)
     bins = [online_ctr_bins(c, _bucket_keys(c, cols, floats_info), classes, averaging) for c in ctrs]
-    # split_index numbers float borders, then one-hot values, then CTR borders (json order).
-    first_ctr = sum(len(f.get("borders") or []) for f in info.get("float_features") or []) + sum(
-        len(c.get("values") or []) for c in info.get("categorical_features") or [])
-    ctr_of = np.concatenate([np.full(len(c["borders"]), i) for i, c in enumerate(ctrs)])
+    first_ctr, ctr_of = ctr_split_columns(info)
     threshold = np.concatenate([np.ceil(np.asarray(c["borders"], np.float64)) for c in ctrs]).astype(np.int64)
     leaves = np.array(final_leaves, dtype=np.int32, copy=True)
     for t, tree in enumerate(model_json["oblivious_trees"]):

@@ -15,8 +15,12 @@ From the JSON export (``save_model(format='json')``), resolved here:
   ``_get_tree_node_to_leaf``, what CatBoost's own ``plot_tree`` reads);
 * the margin is ``scale * sum + bias`` (``scale_and_bias``); multiclass leaves are vectors.
 
-Splits on CTRs (target statistics of categorical features, or their combinations), text and
-embedding features are refused: their values are not a function of the row alone.
+* a split on a CTR (a target statistic of a categorical feature or of a combination of features)
+  compares a number that, at predict time, CatBoost reads from the tables the model stores: it
+  becomes a numerical split (``value > border`` right) on a *derived column*
+  (:mod:`.catboost_stored_ctr` computes them from the input row; ``TreeStructure.derived``).
+
+Text and embedding features are refused: their values are not computed here.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from influence_gbdt.errors import UnsupportedModelError
 from influence_gbdt.trees import MISSING_NAN, StructureBuilder, TreeStructure
 
 from ._cityhash import cityhash64
+from .catboost_stored_ctr import ctr_split_columns, stored_ctrs
 from .trees import ModelTrees
 
 _MULTICLASS = ("MultiClass", "MultiClassOneVsAll")
@@ -67,7 +72,7 @@ class CatBoostTrees(ModelTrees):
     Raises
     ------
     UnsupportedModelError
-        Unfitted model, or splits on CTR, text or embedding features.
+        Unfitted model, text or embedding features, or CTRs of a type not modelled.
     """
 
     library: ClassVar[str] = "catboost"
@@ -91,20 +96,20 @@ class CatBoostTrees(ModelTrees):
         info = doc["features_info"]
         if info.get("text_features") or info.get("embedding_features"):
             raise UnsupportedModelError(
-                "This CatBoost model uses CTR, text or embedding features, whose values are not a "
-                "function of the row alone. Retrain with one_hot_max_size above the number of "
-                "categories of every categorical feature, and without text or embedding features."
+                "This CatBoost model uses text or embedding features, whose values are not computed "
+                "here. Retrain without text or embedding features."
             )
         floats = {int(f["feature_index"]): f for f in info.get("float_features", [])}
         cats = {int(f["feature_index"]): f for f in info.get("categorical_features", [])}
         names = list(self.model.feature_names_)
+        derived = stored_ctrs(doc, len(names))
         scale, bias = doc.get("scale_and_bias", [1.0, [0.0]])
         bias = np.atleast_1d(np.asarray(bias, dtype=np.float64))
         n_outputs = bias.size
         kind = (
             "multiclass" if self.loss in _MULTICLASS else "binary" if self.loss in _BINARY else "regression"
         )
-        splitter = _Splits(floats, cats)
+        splitter = _Splits(floats, cats, info, len(names))
         builder = StructureBuilder(n_outputs)
         if "oblivious_trees" in doc:
             for tree in doc["oblivious_trees"]:
@@ -114,18 +119,20 @@ class CatBoostTrees(ModelTrees):
                 steps = self.model._get_tree_step_nodes(t)
                 to_leaf = np.asarray(self.model._get_tree_node_to_leaf(t), dtype=np.int64)
                 _add_nonsymmetric(builder, tree, splitter, steps, to_leaf)
-        is_cat = np.zeros(len(names), dtype=bool)
+        n_derived = 0 if derived is None else derived.n_derived
+        is_cat = np.zeros(len(names) + n_derived, dtype=bool)
         is_cat[[int(f["flat_feature_index"]) for f in cats.values()]] = True
         is_cat[list(self.model.get_cat_feature_indices())] = True
         return builder.build(
-            n_features=len(names),
-            feature_names=tuple(str(n) for n in names),
+            n_features=len(names) + n_derived,
+            feature_names=tuple(str(n) for n in names) + (() if derived is None else derived.names),
             feature_is_categorical=is_cat,
             objective=kind,
             base_margin=bias,
             scale=float(scale),
             float32_inputs=True,
-            category_labels=(None,) * len(names),
+            category_labels=(None,) * (len(names) + n_derived),
+            derived=derived,
         )
 
     # ------------------------------------------------------------------ the booster's own answers
@@ -168,10 +175,13 @@ class CatBoostTrees(ModelTrees):
 
 
 class _Splits:
-    """Turns a JSON split into StructureBuilder arguments (and whether the children swap)."""
+    """Turns a JSON split into StructureBuilder arguments (and whether the children swap); a CTR
+    split reads derived column ``n_inputs + k`` for the model's k-th CTR feature."""
 
-    def __init__(self, floats: dict[int, dict[str, Any]], cats: dict[int, dict[str, Any]]) -> None:
-        self.floats, self.cats = floats, cats
+    def __init__(self, floats: dict[int, dict[str, Any]], cats: dict[int, dict[str, Any]],
+                 info: dict[str, Any], n_inputs: int) -> None:
+        self.floats, self.cats, self.n_inputs = floats, cats, n_inputs
+        self.first_ctr, self.ctr_of = ctr_split_columns(info)
 
     def node(self, split: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         kind = split.get("split_type")
@@ -192,17 +202,21 @@ class _Splits:
                 "default_left": False,
                 "missing_type": MISSING_NAN,
             }, True
-        raise UnsupportedModelError(
-            f"This CatBoost model splits on {kind} (a CTR, i.e. target statistics of categorical "
-            "features): its values are not a function of the row alone. Retrain with one_hot_max_size "
-            "above the number of categories of every categorical feature."
-        )
+        if kind == "OnlineCtr":
+            return {
+                "feature": self.n_inputs + int(self.ctr_of[int(split["split_index"]) - self.first_ctr]),
+                "threshold": float(np.float32(split["border"])),
+                "inclusive": True,
+                "default_left": True,  # a CTR value is never missing
+                "missing_type": MISSING_NAN,
+            }, False
+        raise UnsupportedModelError(f"This CatBoost model splits on {kind}, which is not modelled.")
 
 
 def _add_oblivious(builder: StructureBuilder, tree: dict[str, Any], splits: _Splits, dim: int) -> None:
     """Expand an oblivious tree level by level; leaf index bit k is 1 iff split k went right."""
     values = np.asarray(tree["leaf_values"], dtype=np.float64)
-    levels = [splits.node(s) for s in tree.get("splits", [])]
+    levels = [splits.node(s) for s in tree.get("splits") or []]
     # Frontier of (node, leaf index bits so far); level k tests split k.
     root_bits = [(-1, True, 0)]  # (parent, is_left, bits)
     for depth, (args, swap) in enumerate(levels):

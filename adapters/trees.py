@@ -113,10 +113,11 @@ class ModelTrees(ABC):
         return np.array([position.get(v, np.nan) for v in labels], dtype=np.float64)
 
     def encode(self, X: Any) -> NDArray[np.float64]:
-        """Rows as the structure reads them, ndarray of shape (n_rows, n_features), float64.
+        """Input rows as the structure reads them, ndarray of shape (n_rows, n_inputs), float64.
 
         Numerical columns as numbers; categorical columns (DataFrame categories or strings, or
-        integer codes) as the codes the trees compare.
+        integer codes) as the codes the trees compare. Derived columns (CatBoost's CTRs) are not
+        included: ``structure.complete`` adds them, and the structure's methods do so themselves.
         """
         import pandas as pd
 
@@ -128,8 +129,8 @@ class ModelTrees(ABC):
             arr = np.asarray(X, dtype=object if cat.any() else np.float64)
             arr = arr.reshape(1, -1) if arr.ndim == 1 else arr
             columns = [arr[:, j] for j in range(arr.shape[1])]
-        if len(columns) != self.structure.n_features:
-            raise InputError(f"X has {len(columns)} columns; the model reads {self.structure.n_features}.")
+        if len(columns) != self.structure.n_inputs:
+            raise InputError(f"X has {len(columns)} columns; the model reads {self.structure.n_inputs}.")
         out = np.empty((len(columns[0]) if columns else 0, len(columns)))
         for j, col in enumerate(columns):
             if cat[j]:

@@ -10,6 +10,10 @@
    cells; training rows sit off the cells and can undercut it by up to epsilon), and the time each
    takes per row.
 
+"catboost-ctr" is CatBoost with its own categorical defaults (CTRs, of feature combinations too)
+instead of one-hot categories; its gap table uses CTRs of single features (``max_ctr_complexity=1``),
+since the exact program cannot hold combinations' CTRs (it refuses them).
+
 Times are CPU seconds of this process (``time.process_time``), so that other work on a shared
 machine does not inflate them; the search itself is single-threaded.
 
@@ -30,7 +34,7 @@ from influence_gbdt.adapters import trees_for
 from influence_gbdt import FeatureTweaking
 from influence_gbdt.datasets import ADULT_CATEGORICAL, load_adult
 
-LIBRARIES = ("xgboost", "lightgbm", "catboost")
+LIBRARIES = ("xgboost", "lightgbm", "catboost", "catboost-ctr")
 IMMUTABLE = ["age", "sex", "race", "native-country", "relationship", "marital-status", "fnlwgt"]
 SETTINGS: dict[str, Any] = {
     "immutable": IMMUTABLE,
@@ -43,14 +47,17 @@ def adult(library: str) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame]:
     """Training rows, labels and test rows in the format each library takes categories in."""
     X, y = load_adult("train")
     X_test, _ = load_adult("test")
-    if library != "catboost":  # XGBoost and LightGBM read pandas categories; CatBoost strings
+    if not library.startswith("catboost"):  # XGBoost and LightGBM read pandas categories; CatBoost strings
         for col in ADULT_CATEGORICAL:
             X[col] = X[col].astype("category")
             X_test[col] = pd.Categorical(X_test[col], categories=X[col].cat.categories)
     return X, y, X_test
 
 
-def model(library: str, X: pd.DataFrame, y: np.ndarray, n_trees: int, depth: int | None) -> Any:
+def model(library: str, X: pd.DataFrame, y: np.ndarray, n_trees: int, depth: int | None,
+          single_ctrs: bool = False) -> Any:
+    """A classifier of ``library``; "catboost-ctr": CatBoost's CTRs (``single_ctrs``: of single
+    features only)."""
     if library == "xgboost":
         import xgboost as xgb
 
@@ -63,13 +70,16 @@ def model(library: str, X: pd.DataFrame, y: np.ndarray, n_trees: int, depth: int
         return lgb.LGBMClassifier(n_estimators=n_trees, verbose=-1, n_jobs=2, **extra).fit(X, y)
     import catboost as cb
 
-    extra = {} if depth is None else {"depth": depth}
+    extra: dict[str, Any] = {} if depth is None else {"depth": depth}
+    if library == "catboost":
+        extra["one_hot_max_size"] = 64
+    elif single_ctrs:
+        extra["max_ctr_complexity"] = 1
     return cb.CatBoostClassifier(
         iterations=n_trees,
         verbose=0,
         thread_count=2,
         cat_features=list(ADULT_CATEGORICAL),
-        one_hot_max_size=64,
         allow_writing_files=False,
         **extra,
     ).fit(X, y)
@@ -84,6 +94,7 @@ def round_trip(library: str, m: Any, X: pd.DataFrame, X_test: pd.DataFrame) -> d
     return {
         "library": library,
         "trees": reader.structure.n_trees,
+        "CTR columns": reader.structure.n_features - reader.structure.n_inputs,
         "max |margin diff|": f"{np.abs(ours - theirs).max():.1e}",
         "relative": f"{np.abs(ours - theirs).max() / np.abs(theirs).max():.1e}",
         "leaf ids equal": "yes" if same else "NO",
@@ -171,7 +182,10 @@ def main() -> None:
         trips.append(round_trip(library, big, X, X_test))
         queries = X_test[np.asarray(big.predict(X_test)).ravel() == 0].head(args.rows)
         speeds += speed(library, big, X, queries)
-        for label, m in (("10, depth 3", model(library, X, y, 10, 3)), ("100", big)):
+        ctr = library == "catboost-ctr"
+        sizes = (("10, depth 3", model(library, X, y, 10, 3, ctr)),
+                 ("100", model(library, X, y, 100, None, True) if ctr else big))
+        for label, m in sizes:
             queries = X_test[np.asarray(m.predict(X_test)).ravel() == 0].head(args.gap_rows)
             gaps += gap(library, label, m, X, queries)
         print(f"done: {library}", flush=True)

@@ -40,8 +40,8 @@ class Codec:
         else:
             self.columns = list(s.feature_names)
             self.dtypes = []
-        if len(self.columns) != s.n_features:
-            raise InputError(f"X has {len(self.columns)} columns; the model reads {s.n_features}.")
+        if len(self.columns) != s.n_inputs:
+            raise InputError(f"X has {len(self.columns)} columns; the model reads {s.n_inputs}.")
         self.labels: list[dict[float, Any]] = [{} for _ in range(s.n_features)]
         for f in np.flatnonzero(s.feature_is_categorical):
             known = s.category_labels[f] if s.category_labels else None
@@ -57,9 +57,10 @@ class Codec:
             raise InputError(f"X has columns {list(X.columns)}; expected {self.columns}.")
 
     def encode(self, X: Any) -> NDArray[np.float64]:
-        """Encoded rows (n_rows, n_features), float64; records categorical labels for decoding."""
+        """Encoded rows (n_rows, n_features), float64, derived columns (CatBoost's CTRs) included;
+        records categorical labels for decoding."""
         self.check(X)
-        Z = self.reader.encode(X)
+        Z = self.structure.complete(self.reader.encode(X))
         for f in np.flatnonzero(self.structure.feature_is_categorical).tolist():
             col = X.iloc[:, f] if self.is_frame else np.asarray(X, dtype=object).reshape(len(Z), -1)[:, f]
             values = np.asarray(col, dtype=object)
@@ -85,8 +86,10 @@ class Codec:
         return code  # integer-coded categories: the code is the label
 
     def decode(self, Z: NDArray[np.float64]) -> Any:
-        """Encoded rows back in the template's format (DataFrame, or array) for the booster."""
-        cat = self.structure.feature_is_categorical
+        """Encoded rows back in the template's format (DataFrame, or array) for the booster; derived
+        columns are dropped."""
+        Z = Z[:, : self.structure.n_inputs]
+        cat = self.structure.feature_is_categorical[: self.structure.n_inputs]
         if not self.is_frame:
             if not cat.any():
                 return np.asarray(Z, dtype=np.float64)

@@ -18,7 +18,10 @@ searches (same representatives, same constraints) and its optimum measures the h
   minimiser as the Euclidean norm).
 
 Features that cannot change (immutable, missing, or one allowed cell) get no variables: the leaves
-their fixed routing excludes get ``y = 0``.
+their fixed routing excludes get ``y = 0``. A CatBoost CTR of one categorical feature is a node on
+that feature's binaries (the categories whose CTR value goes left); CTRs of combinations would be
+fixed at the row's own values, which is not the model, so :class:`~influence_gbdt.FeatureTweaking`
+refuses "exact" for models that have them.
 """
 
 from __future__ import annotations
@@ -96,9 +99,14 @@ def _categorical(
         model.c[v] = float(d[k])
     model.row(z, 1.0, 1.0, 1.0)
     column_of = dict(zip(ok.tolist(), z.tolist(), strict=True))
-    for n in np.flatnonzero(~s.is_leaf & (s.feature == f)).tolist():
-        members = s.cat_codes[s.cat_offset[n] : s.cat_offset[n + 1]]
-        in_set = np.append(np.isin(g.codes[f], members), False)  # the "other" cell is in no set
+    derived = g.derived_values.get(f, {})  # CTRs of f alone: a node on one goes left by its value
+    on_f = np.isin(s.feature, [f] + [s.n_inputs + j for j in derived])
+    for n in np.flatnonzero(~s.is_leaf & on_f).tolist():
+        if s.feature[n] == f:
+            members = s.cat_codes[s.cat_offset[n] : s.cat_offset[n + 1]]
+            in_set = np.append(np.isin(g.codes[f], members), False)  # the "other" cell is in no set
+        else:
+            in_set = derived[int(s.feature[n]) - s.n_inputs] <= s.threshold[n]
         cols = np.array(
             [column_of[k] for k in np.flatnonzero(in_set).tolist() if k in column_of], dtype=np.int64
         )
@@ -194,9 +202,11 @@ def solve(point: Point, goal: Goal, cost: Cost, time_limit: float) -> ExactResul
     feasible = np.isfinite(point.dist)
     n_allowed = np.add.reduceat(feasible, g.offset[:-1])
     variable = ~point.frozen & (n_allowed > 1)
+    for f, derived in g.derived_values.items():  # a CTR of one category follows it
+        variable[[g.structure.n_inputs + j for j in derived]] = variable[f]
     left: dict[int, _Expr] = {}
     columns: dict[int, NDArray[np.int64]] = {}
-    for f in np.flatnonzero(variable).tolist():
+    for f in np.flatnonzero(variable[: g.structure.n_inputs]).tolist():
         d = point.dist[g.offset[f] : g.offset[f + 1]]
         d = d**2 if cost.kind == "l2" else d
         if g.categorical[f]:

@@ -292,7 +292,7 @@ def predict_margin(
     read none of the features in which a row differs from the base row reuse the base row's leaf.
     Many rows are split over the cores."""
     s = structure
-    Z = np.ascontiguousarray(s.prepare_inputs(X))
+    Z = np.ascontiguousarray(s.prepare_inputs(X, None if base is None else base.z))
     if base is not None and base.oblivious is not None:
         ob = base.oblivious
         lv = ob.levels

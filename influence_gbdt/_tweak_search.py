@@ -98,6 +98,7 @@ class Cost:
     then the Euclidean distance: ``count + tanh(l2)``, which orders rows by count first since
     ``tanh < 1``), or a callable ``fn(x, V) -> (m,)`` on encoded rows. A numerical feature's
     distance is ``|v - x| / scale``; changing a categorical one costs ``weight``. NaN equals NaN.
+    A callable sees the first ``n_inputs`` columns (the model's inputs, without derived columns).
     """
 
     def __init__(
@@ -106,8 +107,10 @@ class Cost:
         scale: NDArray[np.float64],
         weight: NDArray[np.float64],
         categorical: NDArray[np.bool_],
+        n_inputs: int | None = None,
     ) -> None:
         self.kind, self.scale, self.weight, self.categorical = kind, scale, weight, categorical
+        self.n_inputs = categorical.size if n_inputs is None else n_inputs
         self.separable = not callable(kind)
 
     def per_feature(self, x: NDArray[np.float64], V: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -129,6 +132,7 @@ class Cost:
         if not callable(self.kind):
             return self.total(self.per_feature(x, V))
         m = V.shape[0]
+        x, V = x[: self.n_inputs], V[:, : self.n_inputs]
         out = self.kind(x, V)
         try:
             cost = np.asarray(out, dtype=np.float64)
@@ -204,31 +208,33 @@ class Search:
     def project(
         self, point: Point, lo: NDArray[np.int64], hi: NDArray[np.int64], allowed: NDArray[np.bool_]
     ) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
-        """Cheapest cell per feature of ``x`` projected onto boxes (m of them): global cell ids
-        (m, n_features), -1 meaning "keep x's value" (frozen features), and whether the box is
+        """Cheapest cell per input feature of ``x`` projected onto boxes (m of them): global cell
+        ids (m, n_inputs), -1 meaning "keep x's value" (frozen features), and whether the box is
         reachable at all under the constraints, shape (m,)."""
         g = self.grid
-        first = g.offset[:-1]
-        K = np.maximum(point.cell, 0)
+        F = lo.shape[1]
+        first = g.offset[:F]
+        frozen = point.frozen[:F]
+        K = np.maximum(point.cell[:F], 0)
         inside = (lo <= K) & (K <= hi)
         feasible = np.isfinite(point.dist)
         idx = np.arange(g.n_cells)
         prev = np.maximum.accumulate(np.where(feasible, idx, -1))
         nxt = np.minimum.accumulate(np.where(feasible, idx, g.n_cells)[::-1])[::-1]
-        A, B = first + lo, first + np.minimum(hi, g.offset[1:] - first - 1)
+        A, B = first + lo, first + np.minimum(hi, g.offset[1 : F + 1] - first - 1)
         Bc = np.clip(B, 0, g.n_cells - 1)
         Ac = np.clip(A, 0, g.n_cells - 1)
         p, n = prev[Bc], nxt[Ac]
         down = K > hi
         cells = np.where(inside, first + K, np.where(down, p, n))
         ok = inside | (down & (p >= A) & (lo <= hi)) | (~down & ~inside & (n <= B) & (lo <= hi))
-        num = ~g.categorical
-        ok_all = np.all(ok[:, num & ~point.frozen], axis=1)
-        cells[:, point.frozen] = -1
+        num = ~g.categorical[:F]
+        ok_all = np.all(ok[:, num & ~frozen], axis=1)
+        cells[:, frozen] = -1
         if g.cat_cells.size:
             column = np.full(g.n_cells, -1, dtype=np.int64)
             column[g.cat_cells] = np.arange(g.cat_cells.size)
-            for f in np.flatnonzero(g.categorical & ~point.frozen):
+            for f in np.flatnonzero(g.categorical[:F] & ~frozen):
                 span = np.arange(g.offset[f], g.offset[f + 1])
                 sub = allowed[:, column[span]] & feasible[span]
                 own = sub[:, point.cell[f]]
@@ -237,8 +243,12 @@ class Search:
         return cells, ok_all
 
     def values_of(self, point: Point, cells: NDArray[np.int64]) -> NDArray[np.float64]:
-        """Candidate rows (m, n_features) from cells (-1: x's value)."""
-        return np.where(cells >= 0, point.rep[np.maximum(cells, 0)], point.x)
+        """Candidate rows (m, n_features) from cells of the input features (m, n_inputs) (-1: x's
+        value); derived columns keep x's values (the margin recomputes them)."""
+        F = cells.shape[1]
+        V = np.repeat(point.x[None, :], cells.shape[0], axis=0)
+        V[:, :F] = np.where(cells >= 0, point.rep[np.maximum(cells, 0)], point.x[:F])
+        return V
 
     def cost_of(self, point: Point, cells: NDArray[np.int64], V: NDArray[np.float64]) -> NDArray[np.float64]:
         if not self.cost.separable:
@@ -246,8 +256,9 @@ class Search:
         return self.cost.total(np.where(cells >= 0, point.dist[np.maximum(cells, 0)], 0.0))
 
     def frozen_ok(self, point: Point) -> NDArray[np.bool_]:
-        """Leaves whose path agrees with how x's frozen (missing) features are routed, shape (n_leaves,)."""
-        return self.grid.leaves_agreeing(point.x, point.frozen)
+        """Leaves whose path agrees with how x's frozen (missing) features and the derived columns
+        candidates inherit from x are routed, shape (n_leaves,)."""
+        return self.grid.leaves_agreeing(point.x, point.frozen | self.grid.fixed_derived)
 
     # ------------------------------------------------------------------ the search
     def run(self, point: Point, goal: Goal, rows: NDArray[np.float64] | None = None) -> Solutions:

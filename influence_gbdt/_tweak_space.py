@@ -152,29 +152,81 @@ class Grid:
 
     @cached_property
     def boxes(self) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.bool_]]:
-        """(lo, hi) local cell range per leaf and feature, shape (n_leaves, n_features) each, and the
-        allowed categorical cells per leaf, shape (n_leaves, n_cat_cells) (columns as ``cat_cells``)."""
+        """(lo, hi) local cell range per leaf and input feature, shape (n_leaves, n_inputs) each, and
+        the allowed categorical cells per leaf, shape (n_leaves, n_cat_cells) (columns as
+        ``cat_cells``).
+
+        Derived columns (CatBoost's CTRs) are not searched: they follow the input columns. A
+        condition on a derived column that reads one categorical column alone becomes a condition on
+        that column's categories (the categories whose derived value goes the path's way; the
+        "other" cell takes an unseen category's value); one on a combination is left to
+        :attr:`fixed_derived` (a leaf needing other values of it is out of reach)."""
         s = self.structure
         ptr, node, went_left = self.paths
-        L, F = self.leaves.size, s.n_features
+        L, F = self.leaves.size, s.n_inputs
         leaf_of = np.repeat(np.arange(L), np.diff(ptr))
         feat = s.feature[node]
         lo = np.zeros((L, F), dtype=np.int64)
-        hi = np.broadcast_to(self.offset[1:] - self.offset[:-1] - 1, (L, F)).copy()
-        num = ~s.is_categorical_split[node]
+        hi = np.broadcast_to(self.offset[1 : F + 1] - self.offset[:F] - 1, (L, F)).copy()
+        num = ~s.is_categorical_split[node] & (feat < F)
         cut = self.node_cut[node]
         np.minimum.at(hi, (leaf_of[num & went_left], feat[num & went_left]), cut[num & went_left])
         np.maximum.at(lo, (leaf_of[num & ~went_left], feat[num & ~went_left]), cut[num & ~went_left] + 1)
         allowed = np.ones((L, self.cat_cells.size), dtype=bool)
         column = np.full(self.n_cells, -1, dtype=np.int64)
         column[self.cat_cells] = np.arange(self.cat_cells.size)
-        for i in np.flatnonzero(~num):  # one pass per categorical condition (few)
+        for i in np.flatnonzero(s.is_categorical_split[node]):  # one pass per categorical condition (few)
             n, f = node[i], feat[i]
             cols = column[self.offset[f] : self.offset[f + 1]]
             members = s.cat_codes[s.cat_offset[n] : s.cat_offset[n + 1]]
             in_set = np.append(np.isin(self.codes[f], members), False)  # "other" is in no set
             allowed[leaf_of[i], cols] &= in_set == went_left[i]
+        for f, values in self.derived_values.items():  # conditions on one-column derived values
+            on = np.flatnonzero(np.isin(feat, [F + j for j in values]))
+            if on.size == 0:
+                continue
+            table = np.stack([values[j] for j in sorted(values)])  # (derived columns of f, cells of f)
+            row = np.searchsorted(sorted(values), feat[on] - F)
+            goes_left = table[row] <= s.threshold[node[on]][:, None]  # CTR splits are "<=" (inclusive)
+            wrong = np.zeros((L, table.shape[1]), dtype=bool)
+            np.logical_or.at(wrong, leaf_of[on], goes_left != went_left[on][:, None])
+            allowed[:, column[self.offset[f] : self.offset[f + 1]]] &= ~wrong
         return lo, hi, allowed
+
+    @cached_property
+    def derived_values(self) -> dict[int, dict[int, NDArray[np.float64]]]:
+        """For each categorical input column that derived columns read alone: {derived column j:
+        its value in each cell of the source column, shape (n_cells of the source,)}; the last
+        ("other") cell takes an unseen category's value."""
+        s = self.structure
+        out: dict[int, dict[int, NDArray[np.float64]]] = {}
+        if s.derived is None:
+            return out
+        source = s.derived.single_source
+        for f in np.unique(source[source >= 0]).tolist():
+            cells = self._derived_cells(f)
+            out[f] = {j: cells[:, j] for j in np.flatnonzero(source == f).tolist()}
+        return out
+
+    def _derived_cells(self, f: int) -> NDArray[np.float64]:
+        """Every derived column's value for each cell of categorical input ``f`` (other inputs
+        missing), shape (n_cells of f, n_derived); only the columns that read ``f`` alone mean
+        anything."""
+        s = self.structure
+        assert s.derived is not None
+        rows = np.full((self.codes[f].size + 1, s.n_inputs), np.nan)
+        rows[:-1, f] = self.codes[f]
+        return np.asarray(s.derived(rows))
+
+    @cached_property
+    def fixed_derived(self) -> NDArray[np.bool_]:
+        """Columns whose path conditions a candidate inherits from ``x`` (shape (n_features,)): the
+        derived columns that read more than one input (CatBoost's CTRs of combinations)."""
+        s = self.structure
+        out = np.zeros(s.n_features, dtype=bool)
+        if s.derived is not None:
+            out[s.n_inputs :] = s.derived.single_source < 0
+        return out
 
     def leaves_agreeing(self, x: NDArray[np.float64], fixed: NDArray[np.bool_]) -> NDArray[np.bool_]:
         """Leaves whose path conditions on the ``fixed`` features (n_features,) hold for row ``x``

@@ -11,8 +11,8 @@ model can have (plain Newton or gradient steps, several steps, rounds of several
 softmax rounds, renewed quantile leaves, backtracking, class factors that move with the weights),
 and runs every pass of the engine on them: the replay, reverse and forward mode, LeafRefit with each
 update set, on the loss and on the prediction; the partitioned engine's halves (Dask); the losses'
-vectorized methods; the base-margin rules; CatBoost's random stream; the feature-tweaking margin
-kernel. No booster is imported.
+vectorized methods; the base-margin rules; CatBoost's random stream and predict-time CTR values;
+the feature-tweaking margin kernel. No booster is imported.
 """
 
 from __future__ import annotations
@@ -202,6 +202,18 @@ def _catboost_stream() -> None:
     rng.uniform(10, 3)
 
 
+def _stored_ctrs() -> None:
+    """CatBoost's predict-time CTR values: one CTR of one category, with and without a base row."""
+    from .adapters.catboost_stored_ctr import _ctr_values
+
+    i64 = np.int64
+    tables = (np.array([0, 1], i64), np.zeros(1, i64), np.zeros(1, i64), np.zeros(1), np.array([0, 1], i64),
+              np.array([7], np.uint64), np.array([0, 1], i64), np.array([0.5]), np.array([0.25]))
+    Z, out = np.array([[3.0], [np.nan]]), np.empty((2, 1))
+    _ctr_values(Z, np.empty(0), *tables, out)
+    _ctr_values(Z, np.array([3.0, 0.5]), *tables, out)
+
+
 def _tweak_kernel() -> None:
     """The feature-tweaking margin kernels, with and without a base row (an oblivious one too), on
     a real (read-only) tree structure: one split on feature 0 and two leaves."""
@@ -242,7 +254,7 @@ def _jobs() -> dict[str, Callable[[], None]]:
         _ensemble(rng, "logloss", base_margin=-0.3, base_rule="mean"), rng)
     jobs.update({name: partial(_configured, name) for name in CONFIGURATIONS if name not in jobs})
     jobs.update(losses=_losses, base_margins=lambda: _base_margins(rng),
-                catboost_stream=_catboost_stream, tweak=_tweak_kernel)
+                catboost_stream=_catboost_stream, stored_ctrs=_stored_ctrs, tweak=_tweak_kernel)
     return jobs
 
 

@@ -58,10 +58,10 @@ def _frame(path: str, label: str | None, reader: Any) -> pd.DataFrame:
     if label is not None and label in frame.columns:
         frame = frame.drop(columns=[label])
     s = reader.structure
-    names = list(s.feature_names)
+    names = list(s.feature_names[: s.n_inputs])
     if set(names) <= set(map(str, frame.columns)):
         frame = frame[names]
-    elif frame.shape[1] != s.n_features:
+    elif frame.shape[1] != s.n_inputs:
         raise InputError(f"{path} has columns {list(frame.columns)}; the model reads {names}.")
     for f in np.flatnonzero(s.feature_is_categorical).tolist():
         labels = s.category_labels[f] if s.category_labels else None

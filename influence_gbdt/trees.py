@@ -20,13 +20,18 @@ float32 when ``float32_inputs``; a value equal to ``missing_value`` counts as Na
    CatBoost one-hot) swap the two children, so this rule holds for all.
 
 The margin of a row is ``base_margin + scale * sum_t value[leaf_t]`` (shape (n_outputs,)).
+
+*Derived columns*: a model may split on numbers that are functions of several input columns (CatBoost's
+CTRs, read from the tables the model stores). ``TreeStructure.derived`` computes them; they are the
+last ``n_features - n_inputs`` columns, and every method here that takes rows accepts the input
+columns alone and fills them in.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -50,6 +55,32 @@ _NODE_ARRAYS: dict[str, Any] = {
     "is_categorical_split": bool,
     "leaf_id": np.int32,
 }
+
+
+class DerivedColumns(Protocol):
+    """Columns a model splits on that are functions of its input rows (see the module docstring).
+
+    Attributes
+    ----------
+    n_inputs : int
+        Input columns the functions read.
+    names : tuple of str
+        One name per derived column.
+    single_source : ndarray of shape (n_derived,), int64
+        The categorical input column a derived column depends on when it depends on that one
+        column alone, else -1.
+    """
+
+    n_inputs: int
+    names: tuple[str, ...]
+    single_source: NDArray[np.int64]
+
+    def __call__(self, Z: NDArray[np.float64], like: NDArray[np.float64] | None = None
+                 ) -> NDArray[np.float64]:
+        """Derived columns of rows ``Z`` (n, n_inputs) as the trees compare them (floats already
+        rounded as the library rounds them), shape (n, n_derived). ``like``: a prepared row
+        (n_features,) whose derived values may serve rows that equal it on the columns they read."""
+        ...
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,7 +118,7 @@ class TreeStructure:
     Attributes
     ----------
     n_features : int
-        Number of input columns the model reads.
+        Number of columns the trees read: the model's input columns, then its derived columns.
     feature_names : tuple of str
         Column names as the model stores them (``f0, f1, ...`` when it stores none).
     feature_is_categorical : ndarray of shape (n_features,), bool
@@ -139,6 +170,8 @@ class TreeStructure:
     category_labels : tuple
         Per feature, the labels of codes ``0, 1, ...`` when the model stores them (pandas categories
         of XGBoost and LightGBM), else None.
+    derived : DerivedColumns or None
+        Computes the derived columns from the input columns (None: the model has none).
     """
 
     n_features: int
@@ -164,6 +197,7 @@ class TreeStructure:
     float32_inputs: bool = False
     missing_value: float = float("nan")
     category_labels: tuple[Any, ...] = field(default=())
+    derived: DerivedColumns | None = None
 
     def __post_init__(self) -> None:
         n = self.feature.shape[0]
@@ -191,6 +225,11 @@ class TreeStructure:
     @property
     def n_nodes(self) -> int:
         return int(self.feature.shape[0])
+
+    @property
+    def n_inputs(self) -> int:
+        """Input columns of the model (``n_features`` less the derived columns)."""
+        return self.n_features if self.derived is None else int(self.derived.n_inputs)
 
     @property
     def n_outputs(self) -> int:
@@ -287,21 +326,42 @@ class TreeStructure:
                 tuple(self.cat_codes[self.cat_offset[node] : self.cat_offset[node + 1]].tolist()))
 
     # ------------------------------------------------------------------ evaluation
-    def prepare_inputs(self, X: ArrayLike) -> NDArray[np.float64]:
-        """Rows as the trees compare them, ndarray of shape (n_rows, n_features), float64.
+    def complete(self, X: ArrayLike, like: NDArray[np.float64] | None = None) -> NDArray[np.float64]:
+        """Rows with their derived columns, ndarray of shape (n_rows, n_features), float64 (a copy).
 
-        Rounds numerical columns to float32 when ``float32_inputs`` (category codes stay exact: CatBoost's
-        are 32-bit hashes) and turns ``missing_value`` into NaN.
+        ``X`` has shape (n_rows, n_inputs), or (n_rows, n_features) whose derived columns are
+        recomputed; input columns are returned as given. ``like``: a prepared row (n_features,),
+        e.g. the row candidates were made from, whose derived values serve rows alike (faster).
         """
         Z = np.array(X, dtype=np.float64, ndmin=2, copy=True)
-        if Z.shape[1] != self.n_features:
-            raise ValueError(f"X has {Z.shape[1]} columns, the model reads {self.n_features}.")
+        width = Z.shape[1]
+        if self.derived is None or width not in (self.n_inputs, self.n_features):
+            if width != self.n_features:
+                raise ValueError(f"X has {width} columns, the model reads {self.n_inputs}.")
+            return Z
+        if width == self.n_inputs:
+            Z = np.hstack([Z, np.zeros((Z.shape[0], self.n_features - self.n_inputs))])
+        Z[:, self.n_inputs :] = self.derived(self._rounded(Z.copy())[:, : self.n_inputs], like)
+        return Z
+
+    def _rounded(self, Z: NDArray[np.float64]) -> NDArray[np.float64]:
+        """``Z`` with numerical columns rounded as the library rounds them (in place) and
+        ``missing_value`` as NaN."""
         if self.float32_inputs:
             num = ~self.feature_is_categorical
             Z[:, num] = Z[:, num].astype(np.float32).astype(np.float64)
         if not np.isnan(self.missing_value):
             Z[Z == self.missing_value] = np.nan
         return Z
+
+    def prepare_inputs(self, X: ArrayLike, like: NDArray[np.float64] | None = None) -> NDArray[np.float64]:
+        """Rows as the trees compare them, ndarray of shape (n_rows, n_features), float64.
+
+        Fills in the derived columns (:meth:`complete`, ``like`` as there), rounds numerical columns
+        to float32 when ``float32_inputs`` (category codes stay exact: CatBoost's are 32-bit hashes)
+        and turns ``missing_value`` into NaN.
+        """
+        return self._rounded(self.complete(X, like))
 
     def decide_left(self, nodes: NDArray[np.integer], x: NDArray[np.float64]) -> NDArray[np.bool_]:
         """Whether value ``x`` goes left at internal node ``nodes`` (arrays of one shape)."""

@@ -224,23 +224,25 @@ class FeatureTweaking:
                 "multiclass), not a regression model."
             )
         self.reader_ = reader
+        self._check_method()
         self.classes_ = np.asarray(reader.classes)
-        self.n_features_in_ = s.n_features
+        self.n_features_in_ = s.n_inputs
         # Without reference data the input format is taken from each call of tweak.
         self._codec = Codec(reader, X) if X is not None else None
-        codec = self._codec or Codec(reader, np.zeros((1, s.n_features)))
+        codec = self._codec or Codec(reader, np.zeros((1, s.n_inputs)))
         self.feature_names_in_ = np.asarray(codec.columns, dtype=object)
-        self.reference_ = None if X is None else codec.encode(X)
+        encoded = None if X is None else codec.encode(X)  # derived columns included
+        self.reference_ = None if encoded is None else encoded[:, : s.n_inputs]
         self.reference_class_ = None if X is None else reader.predict_index(X)
         self._reference_by_class = (
             []
-            if self.reference_ is None
-            else [self.reference_[self.reference_class_ == c] for c in range(len(self.classes_))]
+            if encoded is None
+            else [encoded[self.reference_class_ == c] for c in range(len(self.classes_))]
         )
         extra = [np.asarray(list(codec.labels[f]), dtype=np.float64) for f in range(s.n_features)]
         self.grid_ = Grid(s, extra_codes=extra)
         self.scale_ = self._scales(self.reference_)
-        self._integer_auto = self._integer_columns(X) if X is not None else np.zeros(s.n_features, bool)
+        self._integer_auto = self._integer_columns(X) if X is not None else np.zeros(s.n_inputs, bool)
         return self
 
     def _check_settings(self) -> None:
@@ -266,6 +268,18 @@ class FeatureTweaking:
             if not (is_integer(value) and value >= least):
                 raise InputError(f"{name} must be an integer >= {least}, got {value!r}.")
         self._check_feature_settings()
+
+    def _check_method(self) -> None:
+        """Refuse ``method="exact"`` on a model the program cannot express (CatBoost CTRs of feature
+        combinations, whose values the program would have to hold fixed)."""
+        s = self.reader_.structure
+        combined = 0 if s.derived is None else int((s.derived.single_source < 0).sum())
+        if self.method == "exact" and combined:
+            raise InputError(
+                f"method='exact' cannot model this CatBoost model's {combined} CTRs of feature combinations "
+                "(a CTR of one categorical feature it can); use method='combine', which evaluates every "
+                "candidate with the CTR tables the model stores."
+            )
 
     def _check_feature_settings(self) -> None:
         """The settings that name features have the right containers (the features themselves are
@@ -311,7 +325,7 @@ class FeatureTweaking:
                 else:
                     spread = np.nanmedian(np.abs(ref - np.nanmedian(ref, axis=0)), axis=0)
             spread = np.where(np.isfinite(spread) & (spread > 0), spread, 1.0)
-            return np.where(self.reader_.structure.feature_is_categorical, 1.0, spread)
+            return np.where(self.reader_.structure.feature_is_categorical[:F], 1.0, spread)
         if isinstance(kind, Mapping):
             out = np.ones(F)
             for key, value in kind.items():
@@ -332,8 +346,11 @@ class FeatureTweaking:
         return np.full(F, np.issubdtype(arr.dtype, np.integer))
 
     def _constraints(self, X: Any) -> Constraints:
+        """The user's constraints per column the trees read: derived columns (CatBoost's CTRs) are
+        immutable, since they follow the input columns (the search keeps a candidate's derived
+        values at the row's own, and the margin recomputes them)."""
         F = self.n_features_in_
-        cat = self.reader_.structure.feature_is_categorical
+        cat = self.reader_.structure.feature_is_categorical[:F]
         mutable = np.ones(F, dtype=bool)
         for key in self.immutable:
             mutable[self._feature_index(key, "immutable")] = False
@@ -371,8 +388,12 @@ class FeatureTweaking:
             for key in self.integer:
                 integer[self._feature_index(key, "integer")] = True
         integer &= ~cat
+        extra = self.reader_.structure.n_features - F
         return Constraints(
-            mutable, lower, upper, integer, direction, self.scale_, np.full(F, float(self.categorical_cost))
+            np.append(mutable, np.zeros(extra, bool)), np.append(lower, np.full(extra, -np.inf)),
+            np.append(upper, np.full(extra, np.inf)), np.append(integer, np.zeros(extra, bool)),
+            np.append(direction, np.zeros(extra, np.int64)), np.append(self.scale_, np.ones(extra)),
+            np.full(F + extra, float(self.categorical_cost)),
         )
 
     # ------------------------------------------------------------------ tweak
@@ -455,6 +476,7 @@ class FeatureTweaking:
         if not hasattr(self, "reader_"):
             self.fit()
         self._check_settings()  # set_params may have changed them since fit
+        self._check_method()
         if not (is_integer(n_answers) and n_answers >= 1):
             raise InputError(f"n_answers must be an integer >= 1, got {n_answers!r}.")
         index = X.index if isinstance(X, pd.DataFrame) else None
@@ -464,7 +486,7 @@ class FeatureTweaking:
         n = Z.shape[0]
         s = self.reader_.structure
         con = self._constraints(X)
-        cost = Cost(self.cost, con.scale, con.weight, s.feature_is_categorical)
+        cost = Cost(self.cost, con.scale, con.weight, s.feature_is_categorical, s.n_inputs)
         search = Search(
             self.grid_,
             cost,
@@ -521,7 +543,8 @@ class FeatureTweaking:
         def rows(klass: int) -> NDArray[np.float64] | None:
             if self.reference_ is None or k <= 0:
                 return None
-            R = self._reference_by_class[klass]
+            R = self._reference_by_class[klass].copy()
+            R[:, self.n_features_in_ :] = x[self.n_features_in_ :]  # derived columns: as the search has them
             same = ~changed_features(R, x)
             ok = np.all(same | (con.mutable & ~frozen), axis=1)
             with np.errstate(invalid="ignore"):
@@ -642,7 +665,7 @@ class FeatureTweaking:
         )[0]
         before = codec.frame(z[None, :])
         rows = []
-        for f in np.flatnonzero(per > 0).tolist():
+        for f in np.flatnonzero(per[: self.n_features_in_] > 0).tolist():
             cat = bool(self.reader_.structure.feature_is_categorical[f])
             rows.append(
                 {

@@ -99,3 +99,28 @@ def test_tweak_restores_categories_lost_by_csv(tmp_path: Path) -> None:
     assert table["cost"].notna().all()
     rows = table[["x", "job"]].assign(job=lambda t: pd.Categorical(t.job, categories=["a", "b", "c"]))
     assert (model.predict(rows) == 1).all()
+
+
+def test_tweak_a_catboost_model_file_with_ctrs(tmp_path: Path, capsys: Any) -> None:
+    """CatBoost's defaults on a text category (CTRs, saved as .cbm): the CSV's strings are hashed as
+    CatBoost hashes them and every tweak is assigned the target class by the model file."""
+    import catboost as cb
+
+    X, y, X_test, _ = binary_data(n=300, n_test=40)
+    city = np.array(["oslo", "rome", "lima", "pune", "kobe"])
+    X = X.assign(city=city[np.arange(len(X)) % 5])
+    X_test = X_test.assign(city=city[np.arange(len(X_test)) % 5])
+    y = (y ^ (X["city"] == "rome").to_numpy()).astype(int)
+    model = cb.CatBoostClassifier(iterations=200, cat_features=["city"], verbose=0, thread_count=1,
+                                  allow_writing_files=False, random_seed=0).fit(X, y)
+    path, train, data, out = (tmp_path / name for name in ("m.cbm", "train.csv", "data.csv", "o.csv"))
+    model.save_model(str(path))
+    X.assign(label=y).to_csv(train, index=False)
+    X_test.assign(label=0).to_csv(data, index=False)
+    assert trees_for(load_model(str(path))).structure.derived is not None  # the model splits on CTRs
+    assert main(["tweak", str(path), "--data", str(data), "--train", str(train), "--label", "label",
+                 "--target", "1", "--quiet", "-o", str(out)]) == 0
+    table = pd.read_csv(out)
+    found = table["cost"].notna()
+    assert found.mean() >= 0.9
+    assert (model.predict(table.loc[found, list(X.columns)]) == 1).all()

@@ -66,6 +66,12 @@ def _frame(seed: int = 1) -> tuple[pd.DataFrame, np.ndarray]:
 X, Y, Y3, YR = _numeric()
 FRAME, YC = _frame()
 CB_FRAME = FRAME.assign(colour=FRAME.colour.astype(str), size=FRAME["size"].astype(int))
+# CatBoost's defaults turn "colour" and "size" (more values than one_hot_max_size=2) into CTRs and
+# the two-valued "shift" into one-hot splits, which CTRs of combinations then include, with float
+# borders; "b" has NaNs (nan_mode="Max" makes their border bits true).
+CTR_FRAME = CB_FRAME.assign(shift=np.where(np.arange(N + N_TEST) % 3 == 0, "night", "day"))
+CTR_CATS = ["colour", "size", "shift"]
+YC_SHIFT = YC ^ ((CTR_FRAME["shift"] == "night").to_numpy() & (CTR_FRAME.a > 1).to_numpy())
 
 
 def _es_xgb() -> Any:
@@ -186,6 +192,44 @@ CASES: dict[str, tuple[str, Callable[[], Any], Any]] = {
         ).fit(CB_FRAME[:N], YC[:N]),
         CB_FRAME,
     ),
+    "cb-ctr-classifier-default": (
+        "catboost",
+        lambda: cb.CatBoostClassifier(cat_features=CTR_CATS, **CB).fit(CTR_FRAME[:N], YC_SHIFT[:N]),
+        CTR_FRAME,
+    ),
+    "cb-ctr-nan-max": (
+        "catboost",
+        lambda: cb.CatBoostClassifier(iterations=200, cat_features=CTR_CATS, nan_mode="Max", **CB).fit(
+            CTR_FRAME[:N], YC_SHIFT[:N]
+        ),
+        CTR_FRAME,
+    ),
+    "cb-ctr-regressor-default": (
+        "catboost",
+        lambda: cb.CatBoostRegressor(cat_features=CTR_CATS, **CB).fit(CTR_FRAME[:N], YR[:N] + YC[:N]),
+        CTR_FRAME,
+    ),
+    "cb-ctr-multiclass-strings": (
+        "catboost",
+        lambda: cb.CatBoostClassifier(iterations=100, cat_features=CTR_CATS, **CB).fit(
+            CTR_FRAME[:N], np.array(["low", "mid", "high"])[Y3[:N]]
+        ),
+        CTR_FRAME,
+    ),
+    "cb-ctr-depthwise": (
+        "catboost",
+        lambda: cb.CatBoostClassifier(
+            iterations=60, grow_policy="Depthwise", depth=4, cat_features=CTR_CATS, **CB
+        ).fit(CTR_FRAME[:N], YC_SHIFT[:N]),
+        CTR_FRAME,
+    ),
+    "cb-ctr-early-stopping": (
+        "catboost",
+        lambda: cb.CatBoostClassifier(early_stopping_rounds=10, cat_features=CTR_CATS, **CB).fit(
+            CTR_FRAME[:300], YC_SHIFT[:300], eval_set=(CTR_FRAME[300:N], YC_SHIFT[300:N])
+        ),
+        CTR_FRAME,
+    ),
     "cb-onehot-lossguide": (
         "catboost",
         lambda: cb.CatBoostClassifier(
@@ -211,6 +255,29 @@ def test_structure_reproduces_margins_and_leaf_ids(case: str) -> None:
     np.testing.assert_array_equal(s.apply(Z), reader.leaf_ids(rows))
     if s.objective != "regression":
         np.testing.assert_array_equal(reader.predict_index_from_margin(theirs), reader.predict_index(rows))
+
+
+def test_catboost_ctrs_are_derived_columns_of_the_inputs() -> None:
+    """A CTR split reads a derived column, computed from the input row with the model's stored
+    tables; every element kind CatBoost hashes (categories, float borders, one-hot values) occurs in
+    the default model's CTRs, and a category the tables never saw reads the prior (the booster's own
+    margin on it is the check)."""
+    model = cb.CatBoostClassifier(cat_features=CTR_CATS, **CB).fit(CTR_FRAME[:N], YC_SHIFT[:N])
+    reader = trees_for(model)
+    s = reader.structure
+    assert s.derived is not None and s.n_inputs == CTR_FRAME.shape[1] < s.n_features
+    assert not s.feature_is_categorical[s.n_inputs :].any()
+    assert (s.derived.single_source >= 0).any() and (s.derived.single_source < 0).any()
+    assert all(name.startswith("CTR ") for name in s.feature_names[s.n_inputs :])
+    assert set(np.unique(s.derived._tables[1]).tolist()) >= {0, 1, 3}  # categories, floats, one-hot
+    unseen = CTR_FRAME[N:].assign(colour="never-seen", size=99)
+    np.testing.assert_allclose(s.predict_margin(reader.encode(unseen)), reader.raw_margin(unseen),
+                               rtol=0, atol=1e-12 * max(1.0, float(np.abs(reader.raw_margin(unseen)).max())))
+    Z = reader.encode(CTR_FRAME)
+    full = s.complete(Z)
+    np.testing.assert_array_equal(full[:, : s.n_inputs], Z)  # inputs as given
+    like = s.prepare_inputs(Z[:1])[0]
+    np.testing.assert_array_equal(s.prepare_inputs(Z, like), s.prepare_inputs(Z))  # a base row is a shortcut
 
 
 def test_multiclass_structure_maps_trees_to_classes() -> None:
@@ -284,11 +351,11 @@ def test_routing_rules_of_missing_values_and_categories() -> None:
 def test_readers_refuse_what_they_cannot_read() -> None:
     with pytest.raises(UnsupportedModelError, match="linear_tree=True"):
         read_trees(lgb.LGBMRegressor(n_estimators=2, linear_tree=True, **LG).fit(X[:N], YR[:N]))
-    with pytest.raises(UnsupportedModelError, match="CTR"):
+    with pytest.raises(UnsupportedModelError, match="BinarizedTargetMeanValue"):
         read_trees(
-            cb.CatBoostClassifier(iterations=3, cat_features=["colour", "size"], **CB).fit(
-                CB_FRAME[:N], YC[:N]
-            )
+            cb.CatBoostClassifier(
+                iterations=3, cat_features=["colour", "size"], simple_ctr=["BinarizedTargetMeanValue"], **CB
+            ).fit(CB_FRAME[:N], YC[:N])
         )
     with pytest.raises(UnsupportedModelError, match="gblinear"):
         read_trees(xgb.train({"booster": "gblinear", "nthread": 1}, xgb.DMatrix(X[:N], Y[:N]), 2))

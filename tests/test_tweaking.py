@@ -167,10 +167,8 @@ def _frame() -> tuple[pd.DataFrame, np.ndarray]:
 @pytest.mark.parametrize("library", LIBRARIES)
 def test_pandas_categorical_input(library: str) -> None:
     frame, y = _frame()
-    if library == "catboost":
-        model = cb.CatBoostClassifier(
-            iterations=30, depth=3, cat_features=["job"], one_hot_max_size=10, **CB
-        ).fit(frame, y)
+    if library == "catboost":  # "job" (5 values) is a CTR, as CatBoost's defaults make it
+        model = cb.CatBoostClassifier(iterations=30, depth=3, cat_features=["job"], **CB).fit(frame, y)
     else:
         frame = frame.assign(job=frame.job.astype("category"))
         model = (
@@ -237,6 +235,54 @@ def test_exact_matches_exhaustive_search_and_bounds_the_heuristics(library: str,
     assert (costs["combine"] <= costs["paths"] * (1 + 1e-12)).all()  # combine extends the paper's candidates
 
 
+def test_exact_on_catboost_ctrs_of_one_feature_matches_exhaustive_search() -> None:
+    """A CTR of one categorical feature is a condition on that feature's categories (the ones whose
+    stored statistic sends a row the path's way): the exact program then matches an enumeration of
+    every cell combination, whose margins recompute the CTRs from the model's tables."""
+    frame, y = _frame()
+    model = cb.CatBoostClassifier(iterations=8, depth=3, cat_features=["job"], max_ctr_complexity=1, **CB)
+    model.fit(frame, y)
+    s = trees_for(model).structure
+    assert s.derived is not None and (s.derived.single_source >= 0).all()
+    rows = frame[model.predict(frame) == 0].head(20)
+    kw: dict[str, Any] = {"n_reference": 0, "immutable": ["age"], "progress": False}
+    costs = {m: FeatureTweaking(model, method=m, **kw).fit(frame).tweak(rows) for m in ("combine", "exact")}
+    ft = FeatureTweaking(model, **kw).fit(frame)
+    truth = np.array([_exhaustive(ft, r) for r in ft._codec.encode(rows)])
+    np.testing.assert_allclose(costs["exact"]["cost"].to_numpy(), truth, rtol=1e-7)
+    assert (costs["combine"]["cost"].to_numpy() >= truth * (1 - 1e-9)).all()
+    for table in costs.values():
+        assert (model.predict(table[list(frame.columns)]) == 1).all()
+    assert (costs["exact"]["job"] != rows["job"]).any()  # the categories are searched through the CTRs
+
+
+def test_catboost_default_ctr_models_are_tweaked_through_their_stored_tables() -> None:
+    """CatBoost's default classifier on text categories (CTRs of single features and of
+    combinations, a one-hot feature inside them), string class labels and pandas input: every
+    returned row gets the target class from the booster's predict; "exact" is refused with the
+    reason, since it would hold the combinations' CTRs fixed."""
+    frame, y = _frame()
+    frame = frame.assign(shift=np.where(np.arange(len(frame)) % 3 == 0, "night", "day"))
+    labels = np.array(["rejected", "accepted"])[y]
+    model = cb.CatBoostClassifier(cat_features=["job", "shift"], **CB).fit(frame, labels)
+    s = trees_for(model).structure
+    assert (s.derived.single_source < 0).any()
+    rows = frame[model.predict(frame) == "rejected"].head(12)
+    ft = FeatureTweaking(model, immutable=["age"], progress=False).fit(frame)
+    out = ft.tweak(rows, target="accepted")
+    found = out["cost"].notna().to_numpy()
+    assert found.mean() >= 0.9 and out.index.equals(rows.index)
+    assert (model.predict(out.loc[found, list(frame.columns)]) == "accepted").all()
+    assert (out.loc[found, "prediction"] == "accepted").all()
+    assert ft.n_features_in_ == 4 and ft.reference_.shape == (len(frame), 4)
+    explained = ft.explain(rows.iloc[[0]], target="accepted")
+    assert set(explained["feature"]) <= {"hours", "job", "shift"}
+    with pytest.raises(InputError, match="combinations"):
+        FeatureTweaking(model, method="exact").fit(frame)
+    with pytest.raises(InputError, match="combinations"):
+        ft.set_params(method="exact").tweak(rows)
+
+
 def test_cost_is_never_above_the_nearest_admissible_training_row(binary: tuple) -> None:
     _, model = binary
     rows = _negatives(model, 15)
@@ -299,9 +345,12 @@ def test_oblivious_margins_equal_the_walk() -> None:
     frame, y = _frame()
     frame.loc[::9, "hours"] = np.nan
     rng = np.random.default_rng(7)
+    ctr_frame = frame.assign(shift=np.where(np.arange(len(frame)) % 3 == 0, "night", "day"))
     for model, data in (
         (cb.CatBoostClassifier(iterations=40, depth=4, cat_features=["job"], one_hot_max_size=10, **CB).fit(
             frame, y), frame),
+        (cb.CatBoostClassifier(iterations=150, cat_features=["job", "shift"], **CB).fit(ctr_frame, y),
+         ctr_frame),  # CTRs (derived columns), of combinations too, and a one-hot "shift"
         (cb.CatBoostClassifier(iterations=30, depth=3, loss_function="MultiClass", **CB).fit(X, Y3), X),
         (cb.CatBoostRegressor(iterations=30, depth=5, **CB).fit(X, X[:, 0]), X),
     ):
@@ -314,7 +363,7 @@ def test_oblivious_margins_equal_the_walk() -> None:
             cols = rng.choice(Z.shape[1], size=1 + i % 3, replace=False)
             V[i, cols] = Z[rng.integers(Z.shape[0]), cols]
         V[:5] = Z[:5]  # and rows differing anywhere
-        numeric = np.flatnonzero((s.feature >= 0) & ~s.is_categorical_split)
+        numeric = np.flatnonzero((s.feature >= 0) & (s.feature < s.n_inputs) & ~s.is_categorical_split)
         for i in range(5, 60):  # a value exactly on a split's threshold (inclusive: it goes left)
             node = rng.choice(numeric)
             V[i, s.feature[node]] = s.threshold[node]
@@ -455,8 +504,8 @@ def test_default_models_on_frames_never_lose_to_the_nearest_training_row(library
     frame, y = _frame()
     if classes == 3:
         y = np.digitize(frame["hours"] + 5 * (frame["job"] == "pilot"), [37.0, 43.0])
-    if library == "catboost":
-        model = cb.CatBoostClassifier(cat_features=["job"], one_hot_max_size=10, **CB).fit(frame, y)
+    if library == "catboost":  # CatBoost's defaults: "job" becomes CTRs, of combinations too
+        model = cb.CatBoostClassifier(cat_features=["job"], **CB).fit(frame, y)
     else:
         frame = frame.assign(job=frame["job"].astype("category"))
         model = (xgb.XGBClassifier(enable_categorical=True, n_jobs=1) if library == "xgboost"
