@@ -104,7 +104,7 @@ def run(noise: float, seed: int, n_trees: int) -> tuple[pd.DataFrame, dict[str, 
     t0 = time.perf_counter()
     ours = ex.find_label_issues()
     ours_flagged = np.zeros(y.size, dtype=bool)
-    ours_flagged[ours.loc[ours["is_label_issue"], "row"].to_numpy()] = True
+    ours_flagged[ours.index[ours["is_label_issue"].to_numpy()]] = True
     t_ours = time.perf_counter() - t0 + t_train + t_fit
     timed("influence on mean test loss (exact)",
           lambda: ex.score_training_points(X_test, y_test, aggregate="mean"), t_train + t_fit)

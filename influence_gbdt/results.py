@@ -61,9 +61,19 @@ def tidy_scores(
 
 
 def keyed_table(table: pd.DataFrame, train_index: pd.Index | None, rows: NDArray[np.int64]) -> pd.DataFrame:
-    """``table`` (one line per training row ``rows``) indexed by those rows' own labels; unchanged
-    (a 0 .. n-1 index) when ``train_index`` is None."""
-    if train_index is None:
+    """``table`` (one line per training row ``rows``, its first column ``row`` their positions)
+    indexed by those rows' own labels.
+
+    Training rows without labels of their own (an array: ``train_index`` None, or a DataFrame with
+    the default 0 .. n-1 index) are labelled by their positions: the index is then ``rows``, named
+    ``"row"`` (or the DataFrame index's name), and the ``row`` column, which would repeat it, is
+    dropped. Otherwise the index holds the labels and ``row`` the positions (``X.iloc[table.row]``).
+    """
+    default = isinstance(train_index, pd.RangeIndex) and train_index.start == 0 and train_index.step == 1
+    if train_index is None or default:
+        name = "row" if train_index is None or train_index.name is None else train_index.name
+        table = table.drop(columns="row")
+        table.index = pd.Index(rows, name=name)
         return table
     table.index = train_index[rows]
     return table

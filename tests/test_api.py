@@ -108,13 +108,17 @@ def test_top_training_points_returns_a_sorted_table(fitted: tuple) -> None:
     ex = BoostingInfluence(model, progress=False).fit(X, y)
     harmful = ex.top_training_points(X_test, y_test, n=5)
     helpful = ex.top_training_points(X_test, y_test, n=5, kind="helpful")
-    assert list(harmful.columns[:3]) == ["row", "score", "label"] and len(harmful) == 5
+    # X has the default 0 .. n-1 index: the table's index is the rows' positions, named "row" (a
+    # "row" column would repeat it).
+    assert list(harmful.columns[:2]) == ["score", "label"] and len(harmful) == 5
+    assert harmful.index.name == "row" and "row" not in harmful.columns
     assert harmful["score"].is_monotonic_decreasing and helpful["score"].is_monotonic_increasing
     assert harmful["score"].iloc[0] > 0 > helpful["score"].iloc[0]
     np.testing.assert_array_equal(
-        harmful[["a", "b"]].to_numpy(), X.iloc[harmful["row"]][["a", "b"]].to_numpy()
+        harmful[["a", "b"]].to_numpy(), X.iloc[harmful.index][["a", "b"]].to_numpy()
     )
-    np.testing.assert_array_equal(harmful["label"], y[harmful["row"]])
+    np.testing.assert_array_equal(harmful["label"], y[harmful.index])
+    assert list(harmful.reset_index().columns[:3]) == ["row", "score", "label"]
 
 
 def test_regressors_are_scored(fitted: tuple) -> None:
@@ -313,22 +317,23 @@ def test_top_training_points_edge_cases(fitted: tuple) -> None:
     # CSR training data: the feature columns hold the rows' numbers, not sparse objects.
     csr = BoostingInfluence(model, progress=False).fit(sparse.csr_matrix(X.to_numpy()), y)
     top_csr = csr.top_training_points(sparse.csr_matrix(X_test.to_numpy()), y_test, n=3)
-    np.testing.assert_array_equal(top_csr["row"], top["row"])
-    np.testing.assert_array_equal(top_csr[[0, 1, 2, 3]].to_numpy(), X.to_numpy()[top["row"]])
+    np.testing.assert_array_equal(top_csr.index, top.index)
+    np.testing.assert_array_equal(top_csr[[0, 1, 2, 3]].to_numpy(), X.to_numpy()[top.index])
     assert all(top_csr[c].dtype == np.float64 for c in range(4))
     # n beyond the rows returns them all; no rows selected returns an empty, well-formed table.
     assert len(ex.top_training_points(X_test, y_test, n=10**6)) == len(X)
     empty = ex.top_training_points(X_test, y_test, training_points=[])
-    assert empty.shape == (0, 3 + 4) and list(empty.columns[:3]) == ["row", "score", "label"]
+    assert empty.shape == (0, 2 + 4) and list(empty.columns[:2]) == ["score", "label"]
     assert ex.score_training_points(X_test, y_test, training_points=[]).shape == (0, len(X_test))
     assert ex.score_training_points(X_test, y_test, training_points=[], aggregate="sum").shape == (0,)
-    # A feature named like a table column keeps both.
+    # A feature named like a table column (or the index) keeps both.
     renamed = {"a": "score", "b": "row"}
     model_r = classifier(library, X.rename(columns=renamed), y, n_trees=5)
     ex_r = BoostingInfluence(model_r, progress=False).fit(X.rename(columns=renamed), y)
     top_r = ex_r.top_training_points(X_test.rename(columns=renamed), y_test, n=3)
-    assert list(top_r.columns) == ["row", "score", "label", "feature:score", "feature:row", "c", "d"]
-    np.testing.assert_array_equal(top_r["feature:score"], X["a"].to_numpy()[top_r["row"]])
+    assert list(top_r.columns) == ["score", "label", "feature:score", "feature:row", "c", "d"]
+    np.testing.assert_array_equal(top_r["feature:score"], X["a"].to_numpy()[top_r.index])
+    assert list(top_r.reset_index().columns[:3]) == ["row", "score", "label"]
     assert top_r["score"].is_monotonic_decreasing
 
 
@@ -456,7 +461,7 @@ def test_multiclass_loss_scores_are_the_booster_probabilities_times_class_margin
     with pytest.raises(InfluenceError, match="output"):
         ex.score_training_points(X_test, on="prediction")
     top = ex.top_training_points(X_test.iloc[[0]], y_test[:1], n=3)
-    assert list(top["label"]) == [y[i] for i in top["row"]]
+    assert list(top["label"]) == [y[i] for i in top.index]
 
 
 @pytest.mark.parametrize("library", LIBRARIES)

@@ -117,7 +117,7 @@ def test_label_issues_are_flagged_for_binary_and_multiclass_models(library: str)
     assert table["is_label_issue"].iloc[: int(table["is_label_issue"].sum())].all()  # the top rows
     # The model's own loss is -log of the booster's probability of the label (float32 predictions).
     np.testing.assert_allclose(disagreement(ex.engine_), -np.log(proba[np.arange(len(y)), index]), rtol=1e-5)
-    flagged = table.loc[table["is_label_issue"], "row"].to_numpy()
+    flagged = table.index[table["is_label_issue"].to_numpy()]  # default index: the positions
     # In-sample probabilities fit most flips here (the count is 0-3 of 36: see the docstring of
     # estimated_issue_count), but what is flagged is mostly flipped (10% of all rows are).
     assert flagged.size == 0 or flipped[flagged].mean() > 0.5

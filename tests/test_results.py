@@ -52,6 +52,8 @@ def test_top_training_points_keeps_the_original_index(relabelled: tuple) -> None
     expected = np.argsort(-S.mean(axis=1), kind="stable")[:4]
     assert list(top.index) == list(X.index[expected]) and list(top["row"]) == list(expected)
     np.testing.assert_array_equal(top[["a", "b", "c", "d"]].to_numpy(), X.loc[top.index].to_numpy())
-    # NumPy training data: the table's index stays 0 .. n-1.
+    # NumPy training data: the rows' positions are their labels (the index, named "row", no column).
     plain = BoostingInfluence(model, progress=False).fit(X.to_numpy(), y)
-    assert list(plain.top_training_points(X_test.to_numpy(), y_test, n=4).index) == [0, 1, 2, 3]
+    top_plain = plain.top_training_points(X_test.to_numpy(), y_test, n=4)
+    assert list(top_plain.index) == list(expected) and top_plain.index.name == "row"
+    assert "row" not in top_plain.columns
