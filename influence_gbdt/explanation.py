@@ -37,7 +37,7 @@ class PredictionExplanation:
         What the scores measure: the test loss (with a label) or the raw prediction.
     harmful, helpful : DataFrame
         The most harmful (score > 0, largest first) and most helpful (most negative first) training
-        rows: ``row``, ``score``, ``label`` and the row's features, as
+        rows: ``score``, ``label`` and the row's features, indexed by the rows, as
         :meth:`BoostingInfluence.top_training_points` gives them.
     scores : Series of shape (n_train,)
         Every training row's score for this prediction.
