@@ -38,7 +38,7 @@ class Codec:
             self.columns = [str(c) for c in template.columns]
             self.dtypes = list(template.dtypes)
         else:
-            self.columns = list(s.feature_names)
+            self.columns = list(s.feature_names[: s.n_inputs])
             self.dtypes = []
         if len(self.columns) != s.n_inputs:
             raise InputError(f"X has {len(self.columns)} columns; the model reads {s.n_inputs}.")

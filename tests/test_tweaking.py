@@ -277,6 +277,12 @@ def test_catboost_default_ctr_models_are_tweaked_through_their_stored_tables() -
     assert ft.n_features_in_ == 4 and ft.reference_.shape == (len(frame), 4)
     explained = ft.explain(rows.iloc[[0]], target="accepted")
     assert set(explained["feature"]) <= {"hours", "job", "shift"}
+    unfitted = FeatureTweaking(model, progress=False).tweak(rows, target="accepted")  # no reference data
+    assert (model.predict(unfitted.loc[unfitted["cost"].notna(), list(frame.columns)]) == "accepted").all()
+    arrays = FeatureTweaking(model, progress=False).fit(frame.to_numpy(dtype=object))
+    as_array = arrays.tweak(rows.to_numpy(dtype=object), target="accepted")
+    assert list(as_array.columns[:4]) == ["age", "hours", "job", "shift"]  # the model's feature names
+    assert (model.predict(as_array.iloc[:, :4].dropna().to_numpy(dtype=object)) == "accepted").all()
     with pytest.raises(InputError, match="combinations"):
         FeatureTweaking(model, method="exact").fit(frame)
     with pytest.raises(InputError, match="combinations"):
