@@ -216,6 +216,22 @@ CASES: dict[str, tuple[str, Callable[[], Any], Any]] = {
         ),
         CTR_FRAME,
     ),
+    "cb-ctr-buckets-counter-multiclass": (
+        "catboost",
+        lambda: cb.CatBoostClassifier(
+            iterations=100, cat_features=CTR_CATS, simple_ctr=["Buckets", "Counter"],
+            combinations_ctr=["Buckets"], loss_function="MultiClass", **CB
+        ).fit(CTR_FRAME[:N], Y3[:N]),
+        CTR_FRAME,
+    ),
+    "cb-ctr-regressor-target-borders": (
+        "catboost",
+        lambda: cb.CatBoostRegressor(
+            iterations=100, cat_features=CTR_CATS, simple_ctr=["Borders:TargetBorderCount=3"],
+            combinations_ctr=["Borders:TargetBorderCount=3"], **CB
+        ).fit(CTR_FRAME[:N], YR[:N]),
+        CTR_FRAME,
+    ),
     "cb-ctr-depthwise": (
         "catboost",
         lambda: cb.CatBoostClassifier(
