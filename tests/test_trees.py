@@ -19,6 +19,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import xgboost as xgb
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from influence_gbdt.adapters import read_trees, trees_for
 from influence_gbdt.adapters._cityhash import cityhash64
 
@@ -294,6 +296,50 @@ def test_catboost_ctrs_are_derived_columns_of_the_inputs() -> None:
     np.testing.assert_array_equal(full[:, : s.n_inputs], Z)  # inputs as given
     like = s.prepare_inputs(Z[:1])[0]
     np.testing.assert_array_equal(s.prepare_inputs(Z, like), s.prepare_inputs(Z))  # a base row is a shortcut
+
+
+@settings(max_examples=10, deadline=None, derandomize=True)
+@given(
+    cardinalities=st.lists(st.integers(2, 12), min_size=1, max_size=3),
+    task=st.sampled_from(["Logloss", "MultiClass", "RMSE"]),
+    complexity=st.integers(1, 4),
+    one_hot=st.integers(1, 4),
+    nan_mode=st.sampled_from(["Min", "Max"]),
+    ctr=st.sampled_from([None, ["Borders"], ["Counter"], ["Buckets", "Counter"], ["Borders", "Buckets"]]),
+    depth=st.integers(2, 6),
+    seed=st.integers(0, 2**16),
+)
+def test_catboost_ctr_structures_match_the_booster_on_random_models(
+    cardinalities: list[int], task: str, complexity: int, one_hot: int, nan_mode: str, ctr: list[str] | None,
+    depth: int, seed: int,
+) -> None:
+    """Random categorical data and CTR settings (types, combination depth, one-hot sizes, NaN modes,
+    losses): the derived columns route training rows and unseen rows, with categories the tables
+    never saw, as the booster does."""
+    rng = np.random.default_rng(seed)
+    n = 240
+    z = np.where(rng.random(n) < 0.15, np.nan, rng.normal(size=n))
+    frame = pd.DataFrame({"x": rng.normal(size=n), "z": z})
+    for i, k in enumerate(cardinalities):
+        frame[f"c{i}"] = rng.choice([f"v{j}" for j in range(k)], n)
+    cats = [f"c{i}" for i in range(len(cardinalities))]
+    signal = frame["x"] + frame[cats[0]].str[1:].astype(int) % 3 + rng.normal(scale=0.5, size=n)
+    y = (signal.to_numpy() if task == "RMSE" else np.digitize(signal, [0.5, 1.5]) if task == "MultiClass"
+         else (signal > 1).to_numpy().astype(int))
+    buckets_need_classes = task == "RMSE" and ctr is not None and "Buckets" in ctr
+    extra: dict[str, Any] = {} if ctr is None or buckets_need_classes else {"simple_ctr": ctr,
+                                                                          "combinations_ctr": ctr}
+    model_cls = cb.CatBoostRegressor if task == "RMSE" else cb.CatBoostClassifier
+    model = model_cls(iterations=40, depth=depth, loss_function=task, cat_features=cats,
+                      max_ctr_complexity=complexity, one_hot_max_size=one_hot, nan_mode=nan_mode, **extra,
+                      **CB).fit(frame[:200], y[:200])
+    reader = trees_for(model)
+    rows = frame.copy()
+    rows.loc[200:219, cats[-1]] = "never-seen"
+    Z = reader.encode(rows)
+    ours, theirs = reader.structure.predict_margin(Z), reader.raw_margin(rows)
+    assert np.abs(ours - theirs).max() <= 1e-12 * max(1.0, float(np.abs(theirs).max()))
+    np.testing.assert_array_equal(reader.structure.apply(Z), reader.leaf_ids(rows))
 
 
 def test_multiclass_structure_maps_trees_to_classes() -> None:
