@@ -445,19 +445,26 @@ class InfluenceEngine:
         fits = int(REVERSE_BATCH_BYTES / (8.0 * e.n_rows * (e.n_outputs + 1)))
         per_batch = max(1, min(int(chunk_size), fits))
         out = np.empty((idx.size, m))
-        if m <= per_batch and m < 2 * self.n_threads:  # few points: one sweep, the threads split its rows
-            chunks, team = [np.arange(m)], self.n_threads
+        whole_team = reverse1.applies(self._state) and team.n_chunks(e.n_rows) >= self.n_threads
+        if whole_team or (m <= per_batch and m < 2 * self.n_threads):
+            # One sweep per batch, its rows split over the threads, batches in turn: a row's leaf and
+            # derivatives are read once for the whole batch (measured on Adult's LightGBM and XGBoost
+            # defaults, 2 threads: 1.15-1.8x faster than concurrent one-thread sweeps for 4-100
+            # points, as fast for 200). Sweeps without a team (other rules, or fewer chunks of rows
+            # than threads) run side by side instead, below.
+            chunks = [c for c in np.array_split(np.arange(m), -(-m // per_batch)) if c.size]
+            threads, concurrent = self.n_threads, 1
         else:  # equal batches, at least one per thread: 100 points on two threads sweep 50 + 50, not 64 + 36
             n_batches = max(-(-m // per_batch), min(self.n_threads, m))
-            chunks, team = [c for c in np.array_split(np.arange(m), n_batches) if c.size], 1
-
-        concurrent = min(len(chunks), self.n_threads)
+            chunks, threads = [c for c in np.array_split(np.arange(m), n_batches) if c.size], 1
+            concurrent = min(len(chunks), self.n_threads)
 
         def batch(cols: NDArray[np.int64]) -> NDArray[np.float64]:
             c_leaf = self._leaf_coefficients(leaves[:, cols], coef[cols], aggregate=False)
-            return self._reverse_scores(c_leaf, coef[cols], d_base, team, concurrent)
+            return self._reverse_scores(c_leaf, coef[cols], d_base, threads, concurrent)
 
-        for cols, block in zip(chunks, self._map(batch, chunks), strict=True):
+        blocks = map(batch, chunks) if threads > 1 else self._map(batch, chunks)
+        for cols, block in zip(chunks, blocks, strict=True):
             out[:, cols] = block[:, idx].T
             if progress is not None:
                 progress(cols.size)
