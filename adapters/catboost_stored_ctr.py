@@ -36,7 +36,6 @@ from numpy.typing import NDArray
 from influence_gbdt import _jit as numba
 from influence_gbdt.errors import UnsupportedModelError
 
-_MAGIC = np.uint64(0x4906BA494954CB65)
 _EMPTY = 2**64 - 1  # a slot of CatBoost's hash table that holds no bucket (it repeats bucket 0's counts)
 _TYPES = ("Borders", "Counter", "FeatureFreq", "Buckets")
 #: Element kinds in the compiled tables: a category hash, a float-border bit (NaN false or true), a
