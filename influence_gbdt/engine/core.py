@@ -350,8 +350,8 @@ class InfluenceEngine:
         n_test = np.asarray(test.leaf_index).shape[1]
         if self.uses_reverse(update_set, self.resolve_rows(rows).size, n_test, aggregate):
             return self.influence_reverse(
-                test, rows=rows, refit_base=refit_base, on=on, aggregate=aggregate, progress=progress,
-                output=output,
+                test, rows=rows, refit_base=refit_base, on=on, aggregate=aggregate, chunk_size=chunk_size,
+                progress=progress, output=output,
             )
         return self.influence_forward(
             test, rows=rows, update_set=update_set, k=k, refit_base=refit_base, on=on,
@@ -464,8 +464,9 @@ class InfluenceEngine:
             return self._reverse_scores(c_leaf, coef[cols], d_base, threads, concurrent)
 
         blocks = map(batch, chunks) if threads > 1 else self._map(batch, chunks)
+        every_row = idx.size == e.n_rows and bool((idx == np.arange(idx.size)).all())
         for cols, block in zip(chunks, blocks, strict=True):
-            out[:, cols] = block[:, idx].T
+            out[:, cols] = (block if every_row else block[:, idx]).T
             if progress is not None:
                 progress(cols.size)
         return out
@@ -584,9 +585,11 @@ class InfluenceEngine:
         if aggregate:
             return np.bincount(leaves.ravel(), per_tree.ravel(), e.n_total_leaves).astype(np.float64)[None, :]
         m = leaves.shape[1]
-        out = np.zeros((m, e.n_total_leaves))
-        np.add.at(out, (np.broadcast_to(np.arange(m), leaves.shape), leaves), per_tree)
-        return out
+        # Each (point, leaf) cell gets one tree's coefficient (a leaf is one tree's): np.add.at's
+        # values, about 10x sooner.
+        flat = (np.arange(m)[None, :] * e.n_total_leaves + leaves).ravel()
+        out = np.bincount(flat, per_tree.ravel(), m * e.n_total_leaves).astype(np.float64, copy=False)
+        return out.reshape(m, e.n_total_leaves)
 
     def _margins(self, leaves: NDArray[np.int64], offset: NDArray[np.float64]) -> NDArray[np.float64]:
         """Test margins (m, K) of points with global leaves ``leaves`` (T, m), from the stored leaf
