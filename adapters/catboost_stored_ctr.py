@@ -61,13 +61,13 @@ def ctr_split_columns(features_info: Mapping[str, Any]) -> tuple[int, NDArray[np
 def _ctr_values(  # noqa: C901 -- one loop nest; a helper taking the arrays would count references per row
         Z: NDArray[np.float64], like: NDArray[np.float64], elem_ptr: NDArray[np.int64],
                 elem_kind: NDArray[np.int64], elem_col: NDArray[np.int64], elem_value: NDArray[np.float64],
-                key_ptr: NDArray[np.int64], keys: NDArray[np.uint64], value_ptr: NDArray[np.int64],
-                values: NDArray[np.float64], prior: NDArray[np.float64], out: NDArray[np.float64]
+                key_ptr: NDArray[np.int64], keys: NDArray[np.uint64], values: NDArray[np.float64],
+                prior: NDArray[np.float64], out: NDArray[np.float64]
                 ) -> None:  # pragma: no cover - compiled
     """CTR value of every row of ``Z`` (n, n_inputs) and CTR ``j`` into ``out[:, j]`` (module
     docstring): hash the row's elements, find the hash among the sorted ``keys[key_ptr[j]:key_ptr[j +
-    1]]`` of the CTR's table and read the CTR's value of that bucket (``values[value_ptr[j] + k]``),
-    or ``prior[j]``. With a ``like`` row (n_inputs + n_ctr; empty: none), a row that equals it on
+    1]]`` of the CTR's table and read the CTR's value of that bucket (``values`` is aligned with
+    ``keys``), or ``prior[j]``. With a ``like`` row (n_inputs + n_ctr; empty: none), a row that equals it on
     every column a CTR reads takes its value."""
     n, width = Z.shape
     n_ctr = prior.size
@@ -112,7 +112,7 @@ def _ctr_values(  # noqa: C901 -- one loop nest; a helper taking the arrays woul
                     else:
                         hi = mid
                 if lo < key_ptr[j + 1] and keys[lo] == h:
-                    value = values[value_ptr[j] + lo - key_ptr[j]]
+                    value = values[lo]
             out[i, j] = value
 
 
@@ -221,8 +221,7 @@ class StoredCtrs:
             np.array([e[2] for e in flat], np.float64),
             np.concatenate([[0], np.cumsum([k.size for k in key_parts])]).astype(np.int64),
             np.concatenate([*key_parts, np.empty(0, np.uint64)]).astype(np.uint64),
-            np.concatenate([[0], np.cumsum([v.size for v in value_parts])]).astype(np.int64),
-            np.concatenate([*value_parts, np.empty(0)]), prior,
+            np.concatenate([*value_parts, np.empty(0)]), prior,  # values aligned with the keys
         )
 
     @staticmethod

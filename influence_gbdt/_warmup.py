@@ -208,7 +208,7 @@ def _stored_ctrs() -> None:
 
     i64 = np.int64
     tables = (np.array([0, 1], i64), np.zeros(1, i64), np.zeros(1, i64), np.zeros(1), np.array([0, 1], i64),
-              np.array([7], np.uint64), np.array([0, 1], i64), np.array([0.5]), np.array([0.25]))
+              np.array([7], np.uint64), np.array([0.5]), np.array([0.25]))
     Z, out = np.array([[3.0], [np.nan]]), np.empty((2, 1))
     _ctr_values(Z, np.empty(0), *tables, out)
     _ctr_values(Z, np.array([3.0, 0.5]), *tables, out)

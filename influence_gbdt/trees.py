@@ -333,15 +333,20 @@ class TreeStructure:
         recomputed; input columns are returned as given. ``like``: a prepared row (n_features,),
         e.g. the row candidates were made from, whose derived values serve rows alike (faster).
         """
+        Z = self._widened(X)
+        if self.derived is not None:
+            Z[:, self.n_inputs :] = self.derived(self._rounded(Z.copy())[:, : self.n_inputs], like)
+        return Z
+
+    def _widened(self, X: ArrayLike) -> NDArray[np.float64]:
+        """A float64 copy of rows ``X`` with room for the derived columns, shape (n_rows, n_features)
+        (those columns not computed yet)."""
         Z = np.array(X, dtype=np.float64, ndmin=2, copy=True)
         width = Z.shape[1]
-        if self.derived is None or width not in (self.n_inputs, self.n_features):
-            if width != self.n_features:
-                raise ValueError(f"X has {width} columns, the model reads {self.n_inputs}.")
-            return Z
-        if width == self.n_inputs:
-            Z = np.hstack([Z, np.zeros((Z.shape[0], self.n_features - self.n_inputs))])
-        Z[:, self.n_inputs :] = self.derived(self._rounded(Z.copy())[:, : self.n_inputs], like)
+        if self.derived is not None and width == self.n_inputs < self.n_features:
+            return np.hstack([Z, np.zeros((Z.shape[0], self.n_features - self.n_inputs))])
+        if width != self.n_features:
+            raise ValueError(f"X has {width} columns, the model reads {self.n_inputs}.")
         return Z
 
     def _rounded(self, Z: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -357,11 +362,14 @@ class TreeStructure:
     def prepare_inputs(self, X: ArrayLike, like: NDArray[np.float64] | None = None) -> NDArray[np.float64]:
         """Rows as the trees compare them, ndarray of shape (n_rows, n_features), float64.
 
-        Fills in the derived columns (:meth:`complete`, ``like`` as there), rounds numerical columns
-        to float32 when ``float32_inputs`` (category codes stay exact: CatBoost's are 32-bit hashes)
-        and turns ``missing_value`` into NaN.
+        Rounds numerical columns to float32 when ``float32_inputs`` (category codes stay exact:
+        CatBoost's are 32-bit hashes), turns ``missing_value`` into NaN and fills in the derived
+        columns from the rounded inputs (as :meth:`complete`, ``like`` as there).
         """
-        return self._rounded(self.complete(X, like))
+        Z = self._rounded(self._widened(X))
+        if self.derived is not None:
+            Z[:, self.n_inputs :] = self.derived(Z[:, : self.n_inputs], like)
+        return Z
 
     def decide_left(self, nodes: NDArray[np.integer], x: NDArray[np.float64]) -> NDArray[np.bool_]:
         """Whether value ``x`` goes left at internal node ``nodes`` (arrays of one shape)."""
