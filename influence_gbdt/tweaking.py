@@ -231,13 +231,12 @@ class FeatureTweaking:
         self._codec = Codec(reader, X) if X is not None else None
         codec = self._codec or Codec(reader, np.zeros((1, s.n_inputs)))
         self.feature_names_in_ = np.asarray(codec.columns, dtype=object)
-        encoded = None if X is None else codec.encode(X)  # derived columns included
-        self.reference_ = None if encoded is None else encoded[:, : s.n_inputs]
+        self.reference_ = None if X is None else codec.encode(X)[:, : s.n_inputs]
         self.reference_class_ = None if X is None else reader.predict_index(X)
         self._reference_by_class = (
             []
-            if encoded is None
-            else [encoded[self.reference_class_ == c] for c in range(len(self.classes_))]
+            if self.reference_ is None
+            else [self.reference_[self.reference_class_ == c] for c in range(len(self.classes_))]
         )
         extra = [np.asarray(list(codec.labels[f]), dtype=np.float64) for f in range(s.n_features)]
         self.grid_ = Grid(s, extra_codes=extra)
@@ -543,17 +542,19 @@ class FeatureTweaking:
         def rows(klass: int) -> NDArray[np.float64] | None:
             if self.reference_ is None or k <= 0:
                 return None
-            R = self._reference_by_class[klass].copy()
-            R[:, self.n_features_in_ :] = x[self.n_features_in_ :]  # derived columns: as the search has them
-            same = ~changed_features(R, x)
-            ok = np.all(same | (con.mutable & ~frozen), axis=1)
+            R = self._reference_by_class[klass]  # the input columns (n_rows, F)
+            F = R.shape[1]
+            xi = x[:F]
+            same = ~changed_features(R, xi)
+            ok = np.all(same | (con.mutable[:F] & ~frozen[:F]), axis=1)
             with np.errstate(invalid="ignore"):
-                inside = (R >= con.lower) & (R <= con.upper) & (~con.integer | (R == np.round(R)))
-                way = (con.direction == 0) | (np.sign(R - x) == con.direction)
+                inside = (R >= con.lower[:F]) & (R <= con.upper[:F]) & (~con.integer[:F] | (R == np.round(R)))
+                way = (con.direction[:F] == 0) | (np.sign(R - xi) == con.direction[:F])
             ok &= np.all(same | (inside & way), axis=1)
-            R = R[ok]
-            if R.shape[0] == 0:
+            if not ok.any():
                 return None
+            # derived columns (CatBoost's CTRs) as the search has them: x's own
+            R = np.hstack([R[ok], np.broadcast_to(x[F:], (int(ok.sum()), x.size - F))])
             c = cost(x, R)
             return R[np.argsort(c, kind="stable")[:k]]
 
