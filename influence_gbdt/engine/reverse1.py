@@ -220,6 +220,11 @@ def _row_pass_one(
     code, prm, y, w = loss.code, loss.prm, rows.y, rows.w
     p4 = params4(prm)  # a call per row given an array would count references to it
     tg = lay.round_ptr[r - 1] if gather else t0  # the next round's tree (its leaves are the round's)
+    if every and qs.shape[0] == 1:
+        f0 = first[0, 0] - base
+        _row_pass_cached(DER[qs[0]], leaf[t0], leaf[tg], GT[f0:, 0], DT[f0:, 0], newton, aT[:, 0], W[:, 0],
+                         PT[:, :, 0], j0, j1, gather)
+        return
     stored = sums.stored[lay.leaf_off[t0] : lay.leaf_off[t0 + 1]]
     for j in range(j0, j1):
         if not every:  # the margins entering the round, for the steps not cached
@@ -247,6 +252,34 @@ def _row_pass_one(
         W[j - j0, 0] = wj
         if gather:
             PT[j // CHUNK_ROWS, leaf[tg, j], 0] += a
+
+
+@_internal
+def _row_pass_cached(
+    der: NDArray[np.float64], leaf: NDArray[np.int32], leaf_next: NDArray[np.int32], gt: NDArray[np.float64],
+    dt: NDArray[np.float64], newton: bool, a_bar: NDArray[np.float64], w_bar: NDArray[np.float64],
+    PT: NDArray[np.float64], j0: int, j1: int, gather: bool,
+) -> None:
+    """:func:`_row_pass_one` where the round's one step has cached derivatives (every one-output
+    default of LightGBM and XGBoost): the same arithmetic in the same order, on the few arrays it
+    reads, so that the loop holds nothing but them (measured on Adult's LightGBM default: the sweep
+    of one test point 1.5x faster on one thread, 1.25x on two). ``der`` (n, 4) the step's g, h,
+    w dg/dm, w dh/dm; ``leaf``, ``leaf_next`` (n,) each row's leaf in the round's tree and in the
+    next round's (the one swept after it); ``gt``, ``dt`` the leaf-sum adjoints of G and H + lam
+    by leaf; ``a_bar`` (n,) the rows' margin adjoints; ``w_bar`` (j1 - j0,) their weight adjoints;
+    ``PT`` (chunks, leaves) the chunks' leaf sums, gathered into if ``gather``."""
+    for j in range(j0, j1):
+        k = leaf[j]
+        gb = gt[k]
+        dd = dt[k]
+        a = a_bar[j] + ((0.0 + gb) * der[j, 2] + ((0.0 + dd) if newton else 0.0) * der[j, 3])
+        if newton:
+            w_bar[j - j0] += 0.0 + (gb * der[j, 0] + dd * der[j, 1])
+        else:
+            w_bar[j - j0] += 0.0 + (gb * der[j, 0] + dd)
+        a_bar[j] = a
+        if gather:
+            PT[j // CHUNK_ROWS, leaf_next[j]] += a
 
 
 @_internal
