@@ -87,7 +87,7 @@ from influence_gbdt.labels import LabelMap
 from influence_gbdt.losses import Loss
 from influence_gbdt.tabular import n_rows
 
-from .base import BoosterAdapter, check_numeric_params
+from .base import BoosterAdapter, check_numeric_params, one_thread
 from .lightgbm_objectives import K_EPSILON, Objective, label_weights, resolve
 
 __all__ = ["K_EPSILON", "LightGBMAdapter"]
@@ -547,11 +547,18 @@ class LightGBMAdapter(BoosterAdapter):
         """LightGBM stores feature names with spaces replaced by underscores."""
         return str(column).replace(" ", "_")
 
+    def _predict(self, X: Any, **kwargs: Any) -> Any:
+        """``Booster.predict`` with the iterations the model's own predict uses; on one thread for a
+        small ``X`` (:func:`.base.one_thread`)."""
+        if one_thread(n_rows(X), self.n_trees):
+            kwargs["num_threads"] = 1
+        with self.reading():
+            return self.booster.predict(X, num_iteration=self.n_iter, **kwargs)
+
     def leaf_indices(self, X: Any) -> NDArray[np.int32]:
         """Leaf of every row of ``X`` in every tree predict uses, ndarray of shape (n_trees, n_rows),
         int32."""
-        with self.reading():
-            leaves = self.booster.predict(X, pred_leaf=True, num_iteration=self.n_iter)
+        leaves = self._predict(X, pred_leaf=True)
         return np.ascontiguousarray(np.asarray(leaves, dtype=np.int32).reshape(-1, self.n_trees).T)
 
     def init_offset(self, X: Any, init_score: ArrayLike | None = None) -> NDArray[np.float64]:
@@ -575,8 +582,7 @@ class LightGBMAdapter(BoosterAdapter):
     def raw_predict(self, X: Any, init_score: ArrayLike | None = None) -> NDArray[np.float64]:
         """LightGBM's ``raw_score=True`` prediction plus ``init_score``, ndarray of shape (n_rows,),
         or (n_rows, K) for a multiclass model."""
-        with self.reading():
-            raw = np.asarray(self.booster.predict(X, raw_score=True, num_iteration=self.n_iter), np.float64)
+        raw = np.asarray(self._predict(X, raw_score=True), np.float64)
         return raw + self.init_offset(X, init_score)
 
     @property

@@ -86,7 +86,7 @@ from influence_gbdt.errors import InputError, ReproductionError, UnsupportedMode
 from influence_gbdt.labels import LabelMap
 from influence_gbdt.tabular import n_rows, take_rows
 
-from .base import BoosterAdapter, check_numeric_params, target_matrix
+from .base import BoosterAdapter, check_numeric_params, one_thread, target_matrix
 from .xgboost_objectives import RT_EPS, Objective, objective_from_config, rounding_units
 
 #: Accepted ``params`` keys -> canonical name (XGBoost aliases included).
@@ -192,6 +192,7 @@ class XGBoostAdapter(BoosterAdapter):
         self.n_rounds = _predicted_rounds(model, self.booster)
         self._leaf_map, self._node_offset, self._leaf_values, self._tree_rate = self._leaf_tables()
         self._cat = any(t == "c" for t in (self.booster.feature_types or []))
+        self._single: xgb.Booster | None = None  # see _one_thread_booster
 
     # ----------------------------------------------------------------------------- construction
     @staticmethod
@@ -332,20 +333,35 @@ class XGBoostAdapter(BoosterAdapter):
         value = self.params.get("missing", getattr(self.model, "missing", None))
         return np.nan if value is None else float(value)
 
-    def _dmatrix(self, X: Any, base_margin: ArrayLike | None = None) -> xgb.DMatrix:
+    def _dmatrix(
+        self, X: Any, base_margin: ArrayLike | None = None, nthread: int | None = None
+    ) -> xgb.DMatrix:
         if isinstance(X, xgb.DMatrix):
             raise InputError("Pass X as a numpy array or pandas DataFrame, not a DMatrix.")
         return xgb.DMatrix(
             X, base_margin=base_margin, missing=self.missing,
-            enable_categorical=self._cat or hasattr(X, "dtypes"),
+            enable_categorical=self._cat or hasattr(X, "dtypes"), nthread=nthread,
         )
 
     def _predict(self, X: Any, base_margin: ArrayLike | None = None, **kwargs: Any) -> NDArray[Any]:
         """``Booster.predict`` on ``X``; an array is read by position (as XGBClassifier.predict does),
         a DataFrame by the names :meth:`check_features` compared."""
+        single = one_thread(n_rows(X), self._node_offset.size)
+        booster = self._one_thread_booster() if single else self.booster
         with self.reading():
-            dm = self._dmatrix(X, base_margin)
-            return np.asarray(self.booster.predict(dm, validate_features=hasattr(X, "columns"), **kwargs))
+            dm = self._dmatrix(X, base_margin, nthread=1 if single else None)
+            return np.asarray(booster.predict(dm, validate_features=hasattr(X, "columns"), **kwargs))
+
+    def _one_thread_booster(self) -> xgb.Booster:
+        """A copy of the booster that predicts on one thread, for small inputs (:func:`.base.one_thread`:
+        both building the DMatrix and predicting on XGBoost's threads were measured to slow the sweep
+        that follows). The booster's own ``nthread`` is the user's, and ``xgb.config_context(nthread=1)``
+        was measured to leave OpenMP on one thread for the user's later predictions. Made on first
+        use (~1.5 ms)."""
+        if self._single is None:
+            self._single = self.booster.copy()
+            self._single.set_param({"nthread": 1})
+        return self._single
 
     def leaf_indices(self, X: Any) -> NDArray[np.int32]:
         """Leaf of every row in every explained tree, ndarray of shape (n_trees, n_rows), int32,

@@ -134,6 +134,24 @@ def test_cat_l2_is_needed(data):
         LightGBMAdapter(booster, params={"cat_l2": 0}).prepare(data["X"], data["regression"])
 
 
+def test_small_inputs_are_predicted_on_one_thread_alike(data, monkeypatch):
+    """Small inputs are predicted on one thread (``adapters.base.one_thread``; LightGBM's threads
+    spin after a parallel predict, slowing the engine's sweep that follows): the same leaves and
+    margins as on LightGBM's threads, and as the model's own predict."""
+    import influence_gbdt.adapters.base as base
+
+    X, y = data["X"], data["binary"]
+    model = lgb.LGBMClassifier(n_estimators=20, num_leaves=8, verbose=-1, n_jobs=2).fit(X, y)
+    adapter = LightGBMAdapter(model)
+    assert base.one_thread(X.shape[0], adapter.n_trees)
+    leaves, margins = adapter.leaf_indices(X), adapter.raw_predict(X)
+    monkeypatch.setattr(base, "ONE_THREAD_ROW_TREES", 0)  # every input on LightGBM's threads
+    np.testing.assert_array_equal(adapter.leaf_indices(X), leaves)
+    np.testing.assert_array_equal(adapter.raw_predict(X), margins)
+    np.testing.assert_array_equal(margins, model.predict(X, raw_score=True))
+    np.testing.assert_array_equal(leaves.T, model.predict(X, pred_leaf=True))
+
+
 def test_one_leaf_tree(data):
     X = data["X"][:, :1]
     booster = lgb.train(

@@ -194,6 +194,27 @@ def test_leaf_indices_read_in_row_chunks_equal_one_read(data, monkeypatch):
     assert adapter.prepare(X, y).relative_residual < adapter.rtol
 
 
+def test_small_inputs_are_predicted_on_one_thread_alike(data, monkeypatch):
+    """Small inputs are predicted on one thread (``adapters.base.one_thread``: a one-thread DMatrix
+    and a one-thread copy of the booster; XGBoost's threads slow the engine's sweep that follows):
+    the same leaves and margins as on XGBoost's threads and as the model's own predict, and the
+    user's booster keeps its settings."""
+    import influence_gbdt.adapters.base as base
+
+    X, y = data["X"], data["binary"]
+    model = xgb.XGBClassifier(n_estimators=ROUNDS, max_depth=3, n_jobs=2).fit(X, y)
+    config = model.get_booster().save_config()
+    adapter = adapter_for(model)
+    assert base.one_thread(X.shape[0], ROUNDS)
+    leaves, margins = adapter.leaf_indices(X), adapter.raw_predict(X)
+    monkeypatch.setattr(base, "ONE_THREAD_ROW_TREES", 0)  # every input on XGBoost's threads
+    np.testing.assert_array_equal(adapter.leaf_indices(X), leaves)
+    np.testing.assert_array_equal(adapter.raw_predict(X), margins)
+    np.testing.assert_array_equal(margins, model.predict(X, output_margin=True))
+    assert model.get_booster().save_config() == config
+    assert xgb.get_config()["nthread"] == 0
+
+
 def test_categorical_dataframe(data):
     X, y = data["X"], data["binary"]
     df = pd.DataFrame(X[:, :4], columns=list("abcd"))
