@@ -81,6 +81,12 @@ def _sums_rows(
     for t in range(t0, t1):
         first[t - t0] = lay.sl_off[lay.step_ptr[t] + s] - rs0
         P[first[t - t0] : first[t - t0] + leaf_off[t + 1] - leaf_off[t]] = 0.0
+    if K == 1 and t1 == t0 + 1 and G == 0 and not multi:
+        f = first[0]
+        der = DER[q] if q >= 0 else np.empty((0, 4))
+        _sums_rows_one(code, p4, f32, newton[t0], y[:, 0], w, A[:, 0], u[leaf_off[t0] :], leaf[t0], der, q >= 0,
+                       P[f:, 0], P[f:, 1], j0, j1)
+        return
     for j in range(j0, j1):
         if K == 1:  # scalars only: no per-row array views or calls taking arrays
             m = A[j, 0]
@@ -116,6 +122,35 @@ def _sums_rows(
                     unit[c] = 0.0
                 P[k, 2] += wj * dg[c]
                 P[k, 3] += wj * dh[c]
+
+
+@_internal
+def _sums_rows_one(
+    code: int, p4: tuple[float, float, float, float], f32: bool, newton: bool, y: NDArray[np.float64],
+    w: NDArray[np.float64], a: NDArray[np.float64], u: NDArray[np.float64], leaf: NDArray[np.int32],
+    der: NDArray[np.float64], cached: bool, pg: NDArray[np.float64], ph: NDArray[np.float64], j0: int, j1: int,
+) -> None:
+    """:func:`_sums_rows` for one output, a round of one tree, no weight groups, one step a tree
+    (every one-output default of LightGBM and XGBoost): the same arithmetic on the few arrays it
+    reads, so that the loop holds nothing else (measured on Adult's LightGBM default: the replay
+    1.4x faster). ``y``, ``w``, ``a`` (n,) labels, weights, margins entering the round; ``u`` the
+    tree's in-tree moves by leaf; ``leaf`` (n,) each row's leaf; ``der`` (n, 4) the cache's slot,
+    written if ``cached``; ``pg``, ``ph`` the chunk's sums of w g and w h (or w) by leaf."""
+    for j in range(j0, j1):
+        k = leaf[j]
+        gg, hh, dg, dh = derivs1(code, p4, y[j], a[j] + u[k])
+        h = max(hh, p4[0])
+        if hh < p4[0]:
+            dh = 0.0
+        wj = w[j]
+        if cached:  # what the reverse sweep needs of this row at this step
+            der[j, 0] = gg
+            der[j, 1] = h
+            der[j, 2] = wj * dg
+            der[j, 3] = wj * dh
+        wg, wh = weighted(code, gg, h, wj, f32)
+        pg[k] += wg
+        ph[k] += wh if newton else wj
 
 
 @_internal
