@@ -81,11 +81,11 @@ def _sums_rows(
     for t in range(t0, t1):
         first[t - t0] = lay.sl_off[lay.step_ptr[t] + s] - rs0
         P[first[t - t0] : first[t - t0] + leaf_off[t + 1] - leaf_off[t]] = 0.0
-    if K == 1 and t1 == t0 + 1 and G == 0 and not multi:
+    if K == 1 and t1 == t0 + 1 and G == 0:
         f = first[0]
         der = DER[q] if q >= 0 else np.empty((0, 4))
-        _sums_rows_one(code, p4, f32, newton[t0], y[:, 0], w, A[:, 0], u[leaf_off[t0] :], leaf[t0], der, q >= 0,
-                       P[f:, 0], P[f:, 1], j0, j1)
+        _sums_rows_one(code, p4, f32, newton[t0], multi, y[:, 0], w, A[:, 0], u[leaf_off[t0] :], leaf[t0],
+                       der, q >= 0, P[f:], j0, j1)
         return
     for j in range(j0, j1):
         if K == 1:  # scalars only: no per-row array views or calls taking arrays
@@ -126,16 +126,18 @@ def _sums_rows(
 
 @_internal
 def _sums_rows_one(
-    code: int, p4: tuple[float, float, float, float], f32: bool, newton: bool, y: NDArray[np.float64],
-    w: NDArray[np.float64], a: NDArray[np.float64], u: NDArray[np.float64], leaf: NDArray[np.int32],
-    der: NDArray[np.float64], cached: bool, pg: NDArray[np.float64], ph: NDArray[np.float64], j0: int, j1: int,
+    code: int, p4: tuple[float, float, float, float], f32: bool, newton: bool, multi: bool,
+    y: NDArray[np.float64], w: NDArray[np.float64], a: NDArray[np.float64], u: NDArray[np.float64],
+    leaf: NDArray[np.int32], der: NDArray[np.float64], cached: bool, P: NDArray[np.float64], j0: int, j1: int,
 ) -> None:
-    """:func:`_sums_rows` for one output, a round of one tree, no weight groups, one step a tree
-    (every one-output default of LightGBM and XGBoost): the same arithmetic on the few arrays it
-    reads, so that the loop holds nothing else (measured on Adult's LightGBM default: the replay
-    1.4x faster). ``y``, ``w``, ``a`` (n,) labels, weights, margins entering the round; ``u`` the
-    tree's in-tree moves by leaf; ``leaf`` (n,) each row's leaf; ``der`` (n, 4) the cache's slot,
-    written if ``cached``; ``pg``, ``ph`` the chunk's sums of w g and w h (or w) by leaf."""
+    """:func:`_sums_rows` for one output, a round of one tree and no weight groups (every
+    one-output default of the three libraries): the same arithmetic on the few arrays it reads, so
+    that the loop holds nothing else (measured on Adult's LightGBM default: the replay 1.4x
+    faster). ``y``, ``w``, ``a`` (n,) labels, weights, margins entering the round; ``u`` the tree's
+    in-tree moves by leaf; ``leaf`` (n,) each row's leaf; ``der`` (n, 4) the cache's slot, written
+    if ``cached``; ``P`` (leaves, 4) the chunk's sums by leaf of w g, w h (or w), and, for a tree
+    of several steps (``multi``), w dg/du, w dh/du."""
+    pg, ph, pdg, pdh = P[:, 0], P[:, 1], P[:, 2], P[:, 3]
     for j in range(j0, j1):
         k = leaf[j]
         gg, hh, dg, dh = derivs1(code, p4, y[j], a[j] + u[k])
@@ -151,6 +153,9 @@ def _sums_rows_one(
         wg, wh = weighted(code, gg, h, wj, f32)
         pg[k] += wg
         ph[k] += wh if newton else wj
+        if multi:  # d/du of the sums, for the steps after this one
+            pdg[k] += wj * dg
+            pdh[k] += wj * dh
 
 
 @_internal
