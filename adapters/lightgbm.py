@@ -317,8 +317,8 @@ class LightGBMAdapter(BoosterAdapter):
         onehot_max = self._param("max_cat_to_onehot", 4.0)
         lr = self._param("learning_rate", 0.1)
         # A categorical feature's info lists its categories ("0:3:1"), a numerical one its range.
-        n_bins = [0 if info.startswith("[") or info == "none" else len(info.split(":"))
-                  for info in _header(self._model_str, "feature_infos").split(" ")]
+        n_bins = np.array([0 if info.startswith("[") or info == "none" else len(info.split(":"))
+                           for info in _header(self._model_str, "feature_infos").split(" ")])
         values, l2s, printed = [], [], []
         for tree in _text_trees(self._model_str):
             val = np.array([float(v) for v in tree["leaf_value"].split()])
@@ -326,7 +326,7 @@ class LightGBMAdapter(BoosterAdapter):
             if val.size > 1:  # a many-vs-many categorical split's two children get cat_l2 too
                 feature, kind, left, right = (np.array(tree[key].split(), dtype=np.int64) for key in
                                               ("split_feature", "decision_type", "left_child", "right_child"))
-                many = (kind & 1).astype(bool) & (np.asarray(n_bins)[feature] > onehot_max)
+                many = (kind & 1).astype(bool) & (n_bins[feature] > onehot_max)
                 for child in np.concatenate([left[many], right[many]]):
                     if child < 0:  # ~leaf
                         l2[~child] = lambda_l2 + cat_l2
