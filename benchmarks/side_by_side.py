@@ -9,9 +9,11 @@ runs ``benchmarks/engine.py`` (from this checkout, with the arguments after ``--
 against the ``--before`` checkout's ``influence_gbdt`` and ``repeat`` times against this one,
 alternating (before, after, before, ...), each version with its own numba cache (compiled in a
 first, untimed run), and prints every run's table, then for each line of the tables that holds a
-number the best of each version and the ratio after / before. The ``influence_gbdt`` package is
-taken from each checkout (``PYTHONPATH``); everything else (the boosters, the adapters of an
-editable install) from the running environment.
+number the best of each version and the ratio after / before. Each version runs a copy of its
+checkout's ``influence_gbdt`` package with the checkout's ``adapters`` inside it, where an
+installed wheel puts them (``PYTHONPATH``; an editable install would otherwise supply its own
+``influence_gbdt.adapters`` to both versions); everything else (the boosters) comes from the
+running environment.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,6 +38,17 @@ def _run(tree: Path, cache: str, script: list[str]) -> str:
     if done.returncode:
         raise SystemExit(f"{' '.join(script)} failed against {tree}:\n{done.stderr[-3000:]}")
     return done.stdout
+
+
+def _package_copy(tree: Path, into: Path) -> Path:
+    """A copy of ``tree``'s ``influence_gbdt`` package in ``into``, with ``tree/adapters`` as its
+    ``adapters`` sub-package; returns ``into`` (for ``PYTHONPATH``)."""
+    skip = shutil.ignore_patterns("__pycache__", "_kernels")
+    package = into / "influence_gbdt"
+    shutil.copytree(tree / "influence_gbdt", package, ignore=skip)
+    if (tree / "adapters").is_dir() and not (package / "adapters").exists():
+        shutil.copytree(tree / "adapters", package / "adapters", ignore=skip)
+    return into
 
 
 def _numbers(table: str) -> dict[str, float]:
@@ -54,9 +68,10 @@ def main() -> None:
     parser.add_argument("script", nargs=argparse.REMAINDER, help="-- benchmark script and its arguments")
     args = parser.parse_args()
     script = [a for a in args.script if a != "--"] or ["benchmarks/engine.py"]
-    versions = {"before": args.before.resolve(), "after": ROOT}
     best: dict[str, dict[str, float]] = {"before": {}, "after": {}}
     with tempfile.TemporaryDirectory() as caches:
+        versions = {name: _package_copy(tree, Path(caches, "package", name))
+                    for name, tree in (("before", args.before.resolve()), ("after", ROOT))}
         for name, tree in versions.items():  # compile each version's kernels, untimed
             _run(tree, os.path.join(caches, name), script)
         for i in range(args.repeat):
