@@ -178,6 +178,13 @@ def _text_trees(model_str: str) -> list[dict[str, str]]:
             for block in re.split(r"^Tree=\d+\n", body, flags=re.M) if block.strip()]
 
 
+def _schedule(printed: list[float], lr: float) -> bool:
+    """Whether trees' printed shrinkages are other than the learning rate's 6-digit print and 1
+    (the first tree's, with boost_from_average): the model was trained with a learning-rate
+    schedule."""
+    return any(rate not in (_six_digits(lr), 1.0) for rate in printed)
+
+
 def _header(model_str: str, key: str) -> str:
     for line in model_str[: model_str.find("\nTree=")].splitlines():
         if line.startswith(key + "="):
@@ -333,7 +340,7 @@ class LightGBMAdapter(BoosterAdapter):
             values.append(val)
             l2s.append(l2 + K_EPSILON)  # LightGBM's hessian sums start at kEpsilon
             printed.append(float(tree["shrinkage"]))
-        if any(rate not in (_six_digits(lr), 1.0) for rate in printed):
+        if _schedule(printed, lr):
             dump = self.booster.dump_model(num_iteration=self.n_iter)
             printed = [float(tree["shrinkage"]) for tree in dump["tree_info"]]
         shrinkage = [lr if rate in (lr, _six_digits(lr)) else rate for rate in printed]
@@ -525,6 +532,16 @@ class LightGBMAdapter(BoosterAdapter):
                 f"growing with the number of trees) but less than any wrong data or parameter measured "
                 f"(>= {self.WRONG_MEASURED:.1g}): most likely rounding on a longer model than measured, "
                 "not a data mismatch." + self._printed_params_note()
+            )
+        printed = [float(tree["shrinkage"]) for tree in _text_trees(self._model_str)]
+        if _schedule(printed, self._param("learning_rate", 0.1)):
+            return (
+                f"LightGBM model not reproduced: {where}. Its trees were trained with different learning "
+                "rates (a schedule, such as lgb.reset_parameter): LightGBM keeps each tree's rate to 6 "
+                "significant digits once lgb.train reloads the booster from its model text (its default), "
+                "and with boost_from_average the first tree's rate is not kept at all. Such a model is "
+                "reproduced only when trained with lgb.train(..., keep_training_booster=True) and "
+                "boost_from_average=False (and then with exactly its training data)."
             )
         return (
             f"LightGBM model not reproduced from the data given: {where}; LightGBM's own rounding leaves "

@@ -199,6 +199,21 @@ def test_model_text_reads_as_the_json_dump(data, case):
     assert adapter.prepare(X, y).relative_residual < 1e-13
 
 
+def test_learning_rate_schedule(data):
+    """A learning-rate schedule: LightGBM keeps each tree's rate to 6 digits once lgb.train reloads
+    the booster from its text (the default), so the model is refused, naming the schedule; a booster
+    kept as trained (exact rates) without boost_from_average is reproduced (measured 1e-15)."""
+    X, y = data["X"][:, :5], data["binary"]
+    params = dict(objective="binary", verbose=-1, num_leaves=8, min_data_in_leaf=5)
+    schedule = [lgb.reset_parameter(learning_rate=lambda i: LR * 0.93**i)]
+    reloaded = lgb.train(params, lgb.Dataset(X, y), ROUNDS, callbacks=schedule)
+    with pytest.raises(ReproductionError, match=r"different learning rates.*keep_training_booster=True"):
+        LightGBMAdapter(reloaded).prepare(X, y)
+    kept = lgb.train({**params, "boost_from_average": False}, lgb.Dataset(X, y), ROUNDS, callbacks=schedule,
+                     keep_training_booster=True)
+    assert LightGBMAdapter(kept).prepare(X, y).relative_residual < 1e-13
+
+
 def test_small_inputs_are_predicted_on_one_thread_alike(data, monkeypatch):
     """Small inputs are predicted on one thread (``adapters.base.one_thread``; LightGBM's threads
     spin after a parallel predict, slowing the engine's sweep that follows): the same leaves and
