@@ -31,7 +31,10 @@ What the adapter resolves (measured against LightGBM 4.7.0, see the project's Li
 - **exact parameters**: the model text prints parameters and each tree's shrinkage with 6
   significant digits, and ``lgb.train`` / ``fit`` reload the booster from that text. The values
   given at training (``Booster.params``, under any alias, e.g. the wrapper's ``reg_lambda``) replace
-  the printed ones where they agree to 6 digits; ``params`` overrides both;
+  the printed ones where they agree to 6 digits; ``params`` overrides both. A learning-rate
+  schedule (``lgb.reset_parameter``) is reproduced only for a booster kept as trained
+  (``keep_training_booster=True``, exact rates) without boost_from_average (whose first tree's rate
+  the model does not keep); otherwise it is refused, naming the schedule;
 - leaf ids from ``predict(pred_leaf=True)``, leaf values from the model text; leaf rule
   ``-ThresholdL1(G, lambda_l1) / (H + kEpsilon + l2)``, clipped to ``max_delta_step``, times the
   shrinkage, with ``l2 = lambda_l2 + cat_l2`` for the two children of a many-vs-many categorical
