@@ -269,6 +269,23 @@ def test_the_replay_is_the_same_on_any_number_of_threads(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", CONFIGS)
+def test_refit_and_forward_rows_give_the_same_scores_on_any_number_of_threads(name: str) -> None:
+    """Bit for bit: LeafRefit and forward mode, whose deleted rows are split over the threads (12
+    rows on 4 threads: chunks of 3), score each row as on one thread in one chunk, for each update
+    set."""
+    _, engine, test = _setup(name)
+    calls = [(engine.leaf_refit, {}), (engine.influence_forward, {}),
+             (engine.leaf_refit, {"update_set": "top_k_leaves", "k": 2}),
+             (engine.influence_forward, {"update_set": "single_point", "aggregate": "mean"})]
+    engine.n_threads = 1
+    expected = [method(test, rows=ROWS, **kw) for method, kw in calls]
+    for threads, chunk in ((2, 64), (3, 5), (4, 1)):
+        engine.n_threads = threads
+        for (method, kw), want in zip(calls, expected, strict=True):
+            np.testing.assert_array_equal(method(test, rows=ROWS, chunk_size=chunk, **kw), want)
+
+
+@pytest.mark.parametrize("name", CONFIGS)
 def test_top_k_with_every_leaf_equals_all_points(name: str) -> None:
     _, engine, test = _setup(name)
     k = int(engine.ensemble.n_leaves.max())

@@ -704,7 +704,9 @@ class InfluenceEngine:
         if self._dfac is None:
             return np.zeros((idx.size, e.n_groups)), own
         d_fac = np.ascontiguousarray(self._dfac[idx])
-        return d_fac, own + d_fac @ self._group_v
+        # Summed over the groups in order (a BLAS product sums in another order for one row than
+        # for several: a row's score would then depend on the rows deleted with it).
+        return d_fac, own + products(d_fac, self._group_v[None, :])[:, 0]
 
     def _base_shift(self, idx: NDArray[np.int64], refit_base: bool) -> NDArray[np.float64]:
         """New minus old base margin with each row of ``idx`` deleted, shape (B, K)."""
