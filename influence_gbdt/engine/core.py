@@ -535,8 +535,10 @@ class InfluenceEngine:
         aggregate: Aggregate, progress: Progress,
     ) -> NDArray[np.float64]:
         """Run ``batch`` over chunks of training rows on the engine's threads, aggregating over
-        test points if asked."""
-        size = max(int(chunk_size), 1)
+        test points if asked. Chunks hold at most ``chunk_size`` rows, fewer where that leaves a
+        thread without a chunk (64 rows on 16 threads: 16 chunks of 4, not one of 64); each row's
+        scores are computed on their own, so the chunking does not change them."""
+        size = max(1, min(int(chunk_size), -(-idx.size // self.n_threads)))
         chunks = [idx[s : s + size] for s in range(0, idx.size, size)]
         parts = []
         for scores in self._map(batch, chunks):
