@@ -41,6 +41,7 @@ from ..errors import InputError, ReproductionError
 from . import passes, reverse1, team
 from .base import BaseMargin, products
 from .common import ALL, NONE, TOPK, leaf_sums
+from .scores import scores_into
 from .state import State, build_state, derivative_cache_slots, sorted_rows
 
 UpdateSet = Literal["all_points", "single_point", "top_k_leaves"]
@@ -437,10 +438,11 @@ class InfluenceEngine:
             total_coef = coef.sum(axis=0) / (coef.shape[0] if aggregate == "mean" else 1.0)
             per_point = coef / (coef.shape[0] if aggregate == "mean" else 1.0)
             c_leaf = self._leaf_coefficients(leaves, per_point, aggregate=True)
-            scores = self._reverse_scores(c_leaf, total_coef[None, :], d_base, self.n_threads, 1)[0]
+            scores = np.empty((idx.size, 1))
+            self._reverse_scores(c_leaf, total_coef[None, :], d_base, self.n_threads, 1, scores, 0, idx)
             if progress is not None:
                 progress(leaves.shape[1])  # every test point is done
-            return scores[idx]
+            return scores.reshape(-1)
         m = leaves.shape[1]
         fits = int(REVERSE_BATCH_BYTES / (8.0 * e.n_rows * (e.n_outputs + 1)))
         per_batch = max(1, min(int(chunk_size), fits))
@@ -459,14 +461,13 @@ class InfluenceEngine:
             chunks, threads = [c for c in np.array_split(np.arange(m), n_batches) if c.size], 1
             concurrent = min(len(chunks), self.n_threads)
 
-        def batch(cols: NDArray[np.int64]) -> NDArray[np.float64]:
+        def batch(cols: NDArray[np.int64]) -> NDArray[np.int64]:
+            """Scores of the test points ``cols`` (consecutive) into their columns of ``out``."""
             c_leaf = self._leaf_coefficients(leaves[:, cols], coef[cols], aggregate=False)
-            return self._reverse_scores(c_leaf, coef[cols], d_base, threads, concurrent)
+            self._reverse_scores(c_leaf, coef[cols], d_base, threads, concurrent, out, int(cols[0]), idx)
+            return cols
 
-        blocks = map(batch, chunks) if threads > 1 else self._map(batch, chunks)
-        every_row = idx.size == e.n_rows and bool((idx == np.arange(idx.size)).all())
-        for cols, block in zip(chunks, blocks, strict=True):
-            out[:, cols] = (block if every_row else block[:, idx]).T
+        for cols in map(batch, chunks) if threads > 1 else self._map(batch, chunks):
             if progress is not None:
                 progress(cols.size)
         return out
@@ -555,13 +556,14 @@ class InfluenceEngine:
 
     def _reverse_scores(
         self, c_leaf: NDArray[np.float64], coef_sum: NDArray[np.float64], d_base: NDArray[np.float64],
-        team: int, concurrent: int,
-    ) -> NDArray[np.float64]:
-        """Scores per unit of user weight of every training row, (B, n), for objectives whose
-        leaf coefficients are ``c_leaf`` (B, n_total) and whose test margins' derivative summed
-        over their test points is ``coef_sum`` (B, K) (the base margin's direct channel); one
-        sweep, its rows split over ``team`` threads where the model's sweep can split them, while
-        ``concurrent`` such sweeps run at once."""
+        team: int, concurrent: int, out: NDArray[np.float64], col0: int, rows: NDArray[np.int64],
+    ) -> None:
+        """Scores per unit of user weight (> 0 = harmful) of training rows ``rows`` (m,) into
+        ``out[:, col0 : col0 + B]`` (``out`` (m, ...)), for B objectives whose leaf coefficients
+        are ``c_leaf`` (B, n_total) and whose test margins' derivative summed over their test
+        points is ``coef_sum`` (B, K) (the base margin's direct channel); one sweep, its rows
+        split over ``team`` threads where the model's sweep can split them (the scores' formula
+        too), while ``concurrent`` such sweeps run at once."""
         e = self.ensemble
         st = self._state
         if reverse1.applies(st):
@@ -570,12 +572,11 @@ class InfluenceEngine:
             w_bar, a0_bar, big_w_bar = passes.reverse(st.lay, st.trees, st.rows, st.loss, st.sums, st.cache,
                                                       st.joint, st.renewed, self._margin,
                                                       np.ascontiguousarray(c_leaf))
-        total = e.weight_factor[None, :] * (w_bar + big_w_bar[:, None])
-        total += products(a0_bar + coef_sum, d_base)
+        scores_into(out, col0, rows, w_bar, big_w_bar, a0_bar + coef_sum, d_base, e.weight_factor, team)
         if self._dfac is not None:
             gamma = np.stack([np.bincount(e.weight_group, e.user_weight * wb, e.n_groups) for wb in w_bar])
-            total += products(gamma + big_w_bar[:, None] * self._group_v[None, :], self._dfac)
-        return total
+            groups = products(gamma + big_w_bar[:, None] * self._group_v[None, :], self._dfac)
+            out[:, col0 : col0 + w_bar.shape[0]] += groups[:, rows].T
 
     def _leaf_coefficients(
         self, leaves: NDArray[np.int64], coef: NDArray[np.float64], aggregate: bool

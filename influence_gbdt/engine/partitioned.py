@@ -23,7 +23,7 @@ from .. import _jit as numba
 from ..ensemble import TreeEnsemble, check_weight_sum
 from ..errors import UnsupportedModelError
 from ..losses import grad_hess
-from .base import BaseMargin, products
+from .base import BaseMargin
 from .common import add_leaf_mass, add_round, mark_top, round_sizes, step_point
 from .core import InfluenceEngine, TestPoints
 from .plain import (
@@ -35,6 +35,7 @@ from .plain import (
     replay_steps,
     row_adjoints,
 )
+from .scores import scores_into
 from .state import Layout, LossSpec, Rows, Sums, Trees
 from .state import State as EngineState
 
@@ -237,8 +238,10 @@ def sweep_scores(state: State, part: Partition, a0_bar: NDArray[np.float64],
     _, _, w_bar = state
     e = part.ensemble
     d_base = part.engine._dbase_every_row(refit_base)
-    total = e.weight_factor[None, :] * (w_bar + big_w_bar[:, None]) + products(a0_bar + coef_sum, d_base)
-    return np.ascontiguousarray(total.T)
+    out = np.empty((w_bar.shape[1], w_bar.shape[0]))
+    scores_into(out, 0, np.arange(w_bar.shape[1]), w_bar, big_w_bar, a0_bar + coef_sum, d_base,
+                e.weight_factor, part.engine.n_threads)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
