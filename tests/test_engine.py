@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from influence_gbdt.engine import InfluenceEngine, TestPoints, reverse1
+from influence_gbdt.engine.leafrows import leaf_rows
 from influence_gbdt.engine.team import CHUNK_ROWS
 from influence_gbdt.ensemble import TreeEnsemble
 from influence_gbdt.errors import InputError, ReproductionError
@@ -283,6 +284,30 @@ def test_refit_and_forward_rows_give_the_same_scores_on_any_number_of_threads(na
         engine.n_threads = threads
         for (method, kw), want in zip(calls, expected, strict=True):
             np.testing.assert_array_equal(method(test, rows=ROWS, chunk_size=chunk, **kw), want)
+
+
+@settings(max_examples=40, deadline=None)
+@given(T=st.integers(1, 9), n=st.integers(1, 300), most=st.integers(1, 40), threads=st.integers(1, 5),
+       seed=st.integers(0, 2**31 - 1))
+def test_leaf_rows_is_a_stable_sort_by_leaf_on_any_number_of_threads(
+    T: int, n: int, most: int, threads: int, seed: int
+) -> None:
+    """``leafrows.leaf_rows`` (a counting sort split over trees) against numpy: each tree's rows per
+    leaf as ``np.bincount``, and its grouping as ``np.argsort(kind="stable")`` of the leaves of the
+    tree's source (a joint round's first tree), trees of any size, some leaves empty."""
+    rng = np.random.default_rng(seed)
+    n_leaves = rng.integers(1, most + 1, T)
+    off = np.concatenate([[0], np.cumsum(n_leaves)]).astype(np.int64)
+    leaf = np.stack([rng.integers(0, k, n) for k in n_leaves]).astype(np.int32)
+    source = np.arange(T)
+    for t in range(1, T):  # some trees share an earlier tree's structure, as in a joint round
+        if n_leaves[t] == n_leaves[t - 1] and rng.random() < 0.5:
+            source[t], leaf[t] = source[t - 1], leaf[t - 1]
+    counts, grouped = leaf_rows(leaf, off, source, threads)
+    np.testing.assert_array_equal(counts, np.concatenate([np.bincount(leaf[t], minlength=k)
+                                                          for t, k in enumerate(n_leaves)]))
+    np.testing.assert_array_equal(grouped, np.stack([np.argsort(leaf[s], kind="stable") for s in source]))
+    assert leaf_rows(leaf, off, None, threads)[1] is None
 
 
 @pytest.mark.parametrize("name", CONFIGS)

@@ -127,7 +127,7 @@ class InfluenceEngine:
         # leaves only: built when first needed (``_row_state``), except for renewed leaves.
         self._state = build_state(e, group_sums=self._dfac is not None,
                                   cache_slots=derivative_cache_slots(e, cache_bytes),
-                                    sort_rows=bool(e.renewed.any()))
+                                  sort_rows=bool(e.renewed.any()), threads=self.n_threads)
         self._A0 = np.ascontiguousarray(e.init_offset + e.base_margin[None, :])
         margin = self._A0.copy()
         n_team = passes.replay_team(self._state, self.n_threads)
@@ -514,7 +514,7 @@ class InfluenceEngine:
         rows twice, harmlessly)."""
         st = self._state
         if st.lay.rows_by_leaf.shape[0] == 0 and self.ensemble.n_trees > 0:
-            lay = st.lay._replace(rows_by_leaf=sorted_rows(self.ensemble, st.lay.round_ptr))
+            lay = st.lay._replace(rows_by_leaf=sorted_rows(self.ensemble, st.lay.round_ptr, self.n_threads))
             st = self._state = st._replace(lay=lay)
         return st
 

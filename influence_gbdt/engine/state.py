@@ -34,6 +34,7 @@ from numpy.typing import NDArray
 
 from ..ensemble import TreeEnsemble
 from .fastobj import CB_CROSS_ENTROPY, CB_LOGLOSS, CB_POISSON
+from .leafrows import leaf_rows
 from .quantile import METHODS as QUANTILE_METHODS
 
 _FAST_OBJECTIVES = {"exact": -1, "fast_logloss": CB_LOGLOSS, "fast_cross_entropy": CB_CROSS_ENTROPY,
@@ -199,18 +200,16 @@ def cache_eligible(e: TreeEnsemble) -> bool:
     return e.n_outputs == 1 and not e.renewed.any() and not e.full_hessian.any()
 
 
-def sorted_rows(e: TreeEnsemble, round_ptr: NDArray[np.int64]) -> NDArray[np.int32]:
+def sorted_rows(e: TreeEnsemble, round_ptr: NDArray[np.int64], threads: int = 1) -> NDArray[np.int32]:
     """``rows_by_leaf``: each tree's rows sorted by leaf (stable), shape (T, n), int32; ``round_ptr``
-    as in :class:`Layout`. The trees of a joint round share the structure of its first: sorted once
-    per round. Tree by tree (a whole-matrix argsort would allocate 8 x trees x rows bytes of int64)."""
+    as in :class:`Layout`. The trees of a joint round share the structure of its first: sorted by
+    its leaves. On up to ``threads`` threads (see :mod:`.leafrows`)."""
     source = np.where(e.full_hessian, round_ptr[e.tree_round], np.arange(e.n_trees))
-    out = np.empty((e.n_trees, e.n_rows), dtype=np.int32)
-    for t in range(e.n_trees):
-        out[t] = np.argsort(e.leaf_index[t], kind="stable") if source[t] == t else out[source[t]]
-    return out
+    return leaf_rows(e.leaf_index, e.leaf_offset, source, threads)[1]
 
 
-def build_state(e: TreeEnsemble, group_sums: bool, cache_slots: int = 0, sort_rows: bool = True) -> State:
+def build_state(e: TreeEnsemble, group_sums: bool, cache_slots: int = 0, sort_rows: bool = True,
+                threads: int = 1) -> State:
     """Flatten ``e`` into the kernels' groups and allocate the replay's sums and caches.
 
     ``group_sums``: also keep per-group leaf sums (needed for class factors that move with the
@@ -218,6 +217,7 @@ def build_state(e: TreeEnsemble, group_sums: bool, cache_slots: int = 0, sort_ro
     with each row's loss derivatives at the first ``cache_slots`` steps it computes; see
     :func:`derivative_cache_slots`). ``sort_rows=False`` leaves ``rows_by_leaf`` empty (0, 0): only
     LeafRefit, forward mode and renewed leaves read it (:func:`sorted_rows` builds it later).
+    ``threads``: threads counting (and sorting) the rows by leaf.
     """
     T, n = e.n_trees, e.n_rows
     # Backtracking trees get a slot for every try; the replay decides how many steps they take.
@@ -231,12 +231,7 @@ def build_state(e: TreeEnsemble, group_sums: bool, cache_slots: int = 0, sort_ro
     scales[e.backtracking] = 0.0
     n_sl = int(sl_off[-1])
     round_ptr = np.searchsorted(e.tree_round, np.arange(int(e.tree_round[-1]) + 2)).astype(np.int64)
-    # Tree by tree: a whole-matrix bincount would allocate int64 temporaries of 8 x trees x rows
-    # bytes (800 MB at 1e6 rows x 100 trees).
-    leaf_count = np.zeros(e.n_total_leaves, dtype=np.int64)
-    for t in range(T):
-        leaf_count[e.leaf_offset[t] : e.leaf_offset[t + 1]] = np.bincount(
-            e.leaf_index[t], minlength=int(e.n_leaves[t]))
+    leaf_count = leaf_rows(e.leaf_index, e.leaf_offset, None, threads)[0]
     first_global = np.zeros(e.n_total_leaves + 1, dtype=np.int64)
     np.cumsum(leaf_count, out=first_global[1:])
     # Position of each leaf's first row inside its own tree's row of rows_by_leaf.
@@ -245,7 +240,8 @@ def build_state(e: TreeEnsemble, group_sums: bool, cache_slots: int = 0, sort_ro
     K = e.n_outputs
     lay = Layout(leaf=e.leaf_index, leaf_off=e.leaf_offset, out=e.tree_output, round_ptr=round_ptr,
                  step_ptr=step_ptr, sl_off=sl_off, leaf_first=leaf_first, leaf_count=leaf_count,
-                 rows_by_leaf=sorted_rows(e, round_ptr) if sort_rows else np.empty((0, 0), dtype=np.int32))
+                 rows_by_leaf=(sorted_rows(e, round_ptr, threads) if sort_rows
+                               else np.empty((0, 0), dtype=np.int32)))
     trees = Trees(newton=e.newton, lr=e.learning_rate, l1=e.l1, mds=e.max_delta_step, l2=e.l2,
                   l2m=e.l2_per_mean_weight, f32l2=e.float32_l2, n_steps=e.n_steps.copy(), scales=scales,
                   n_iter=e.n_iterations)
