@@ -62,9 +62,14 @@ def leaf_rows(
     stable, for each tree ``t``; ``leaf`` (T, n) each row's leaf in each tree; on up to
     ``threads`` threads (one per tree at most)."""
     T = leaf.shape[0]
+    # One compiled signature whatever the caller holds (an ensemble's read-only matrix, a slice of
+    # it, a fresh array): C-ordered, read-only int32.
+    leaf = np.ascontiguousarray(leaf, dtype=np.int32).view()
+    leaf.flags.writeable = False
     counts = np.empty(int(leaf_off[-1]), dtype=np.int64)
     group = source is not None
     grouped = np.empty((T, leaf.shape[1]) if group else (0, 0), dtype=np.int32)
     src = np.ascontiguousarray(source if group else np.arange(T), dtype=np.int64)
-    team.run(_leaf_rows, max(1, min(int(threads), T)), leaf, leaf_off, src, counts, grouped, group)
+    off = np.ascontiguousarray(leaf_off, dtype=np.int64)
+    team.run(_leaf_rows, max(1, min(int(threads), T)), leaf, off, src, counts, grouped, group)
     return counts, (grouped if group else None)
