@@ -4,10 +4,12 @@ child (a Dask or multiprocessing worker) runs teams of its own."""
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import sys
 import threading
 import warnings
+import weakref
 
 import numpy as np
 import pytest
@@ -43,6 +45,17 @@ def test_teams_started_from_several_threads_at_once_each_get_their_members() -> 
     for thread in threads:
         thread.join()
     np.testing.assert_array_equal(seen, 4)
+
+
+def test_idle_helpers_keep_no_reference_to_a_team_s_arrays() -> None:
+    """An idle helper holding the last team's arguments would keep an engine's arrays (its 1 GB
+    derivative cache) alive after the user dropped it."""
+    seen = np.zeros(4, dtype=np.int64)
+    ref = weakref.ref(seen)
+    team.run(_mark, 4, seen)
+    del seen
+    gc.collect()
+    assert ref() is None
 
 
 def _fail_in_helper(tid: int, n_team: int, bar: np.ndarray) -> None:

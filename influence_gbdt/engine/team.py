@@ -115,9 +115,11 @@ class _Helper:
                 kernel(*args)
             except BaseException as exc:  # handed to the thread that started the team
                 done.error = exc
+            del kernel, args  # an idle helper must not keep the team's arrays alive
             with _lock:
                 _idle.append(self)
             done.finished.release()
+            del done
 
 
 class _Done:
