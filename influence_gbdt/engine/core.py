@@ -30,7 +30,7 @@ import itertools
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numba
 import numpy as np
@@ -45,6 +45,7 @@ from .scores import scores_into
 from .state import State, build_state, derivative_cache_slots, sorted_rows
 
 UpdateSet = Literal["all_points", "single_point", "top_k_leaves"]
+_Result = TypeVar("_Result")
 Objective = Literal["loss", "prediction"]
 Aggregate = Literal["mean", "sum"] | None
 Progress = Callable[[int], None] | None
@@ -138,7 +139,7 @@ class InfluenceEngine:
         self.step_scales: NDArray[np.float64] = self._state.trees.scales
         self.train_margin: NDArray[np.float64] = margin[:, 0] if e.n_outputs == 1 else margin
         self._set_leaf_values(self._state.sums.values)
-        self._group_v = np.bincount(e.weight_group, e.user_weight, e.n_groups)
+        self._group_v = np.bincount(e.weight_group, e.user_weight, e.n_groups).astype(np.float64, copy=False)
         self._base = BaseMargin(e)
 
     @property
@@ -478,8 +479,8 @@ class InfluenceEngine:
     def _squeeze(self, a: NDArray[np.float64]) -> NDArray[np.float64]:
         return a[..., 0] if self.ensemble.n_outputs == 1 else a
 
-    def _map(self, fn: Callable[[NDArray[np.int64]], NDArray[np.float64]],
-             chunks: list[NDArray[np.int64]]) -> Iterator[NDArray[np.float64]]:
+    def _map(self, fn: Callable[[NDArray[np.int64]], _Result],
+             chunks: list[NDArray[np.int64]]) -> Iterator[_Result]:
         """``fn`` over ``chunks`` on the engine's threads (the kernels release the GIL), in order."""
         if self.n_threads == 1 or len(chunks) == 1:
             return map(fn, chunks)

@@ -205,7 +205,9 @@ def sorted_rows(e: TreeEnsemble, round_ptr: NDArray[np.int64], threads: int = 1)
     as in :class:`Layout`. The trees of a joint round share the structure of its first: sorted by
     its leaves. On up to ``threads`` threads (see :mod:`.leafrows`)."""
     source = np.where(e.full_hessian, round_ptr[e.tree_round], np.arange(e.n_trees))
-    return leaf_rows(e.leaf_index, e.leaf_offset, source, threads)[1]
+    grouped = leaf_rows(e.leaf_index, e.leaf_offset, source, threads)[1]
+    assert grouped is not None  # asked for with a source
+    return grouped
 
 
 def build_state(e: TreeEnsemble, group_sums: bool, cache_slots: int = 0, sort_rows: bool = True,
