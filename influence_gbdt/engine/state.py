@@ -204,10 +204,14 @@ def sorted_rows(e: TreeEnsemble, round_ptr: NDArray[np.int64], threads: int = 1)
     """``rows_by_leaf``: each tree's rows sorted by leaf (stable), shape (T, n), int32; ``round_ptr``
     as in :class:`Layout`. The trees of a joint round share the structure of its first: sorted by
     its leaves. On up to ``threads`` threads (see :mod:`.leafrows`)."""
-    source = np.where(e.full_hessian, round_ptr[e.tree_round], np.arange(e.n_trees))
-    grouped = leaf_rows(e.leaf_index, e.leaf_offset, source, threads)[1]
+    grouped = leaf_rows(e.leaf_index, e.leaf_offset, _sources(e, round_ptr), threads)[1]
     assert grouped is not None  # asked for with a source
     return grouped
+
+
+def _sources(e: TreeEnsemble, round_ptr: NDArray[np.int64]) -> NDArray[np.int64]:
+    """The tree whose leaves group each tree's rows: its joint round's first, else itself."""
+    return np.where(e.full_hessian, round_ptr[e.tree_round], np.arange(e.n_trees))
 
 
 def build_state(e: TreeEnsemble, group_sums: bool, cache_slots: int = 0, sort_rows: bool = True,
@@ -233,7 +237,9 @@ def build_state(e: TreeEnsemble, group_sums: bool, cache_slots: int = 0, sort_ro
     scales[e.backtracking] = 0.0
     n_sl = int(sl_off[-1])
     round_ptr = np.searchsorted(e.tree_round, np.arange(int(e.tree_round[-1]) + 2)).astype(np.int64)
-    leaf_count = leaf_rows(e.leaf_index, e.leaf_offset, None, threads)[0]
+    # Counted (and, if asked, grouped) in one pass over the leaf matrix.
+    source = _sources(e, round_ptr) if sort_rows else None
+    leaf_count, grouped = leaf_rows(e.leaf_index, e.leaf_offset, source, threads)
     first_global = np.zeros(e.n_total_leaves + 1, dtype=np.int64)
     np.cumsum(leaf_count, out=first_global[1:])
     # Position of each leaf's first row inside its own tree's row of rows_by_leaf.
@@ -242,8 +248,7 @@ def build_state(e: TreeEnsemble, group_sums: bool, cache_slots: int = 0, sort_ro
     K = e.n_outputs
     lay = Layout(leaf=e.leaf_index, leaf_off=e.leaf_offset, out=e.tree_output, round_ptr=round_ptr,
                  step_ptr=step_ptr, sl_off=sl_off, leaf_first=leaf_first, leaf_count=leaf_count,
-                 rows_by_leaf=(sorted_rows(e, round_ptr, threads) if sort_rows
-                               else np.empty((0, 0), dtype=np.int32)))
+                 rows_by_leaf=grouped if grouped is not None else np.empty((0, 0), dtype=np.int32))
     trees = Trees(newton=e.newton, lr=e.learning_rate, l1=e.l1, mds=e.max_delta_step, l2=e.l2,
                   l2m=e.l2_per_mean_weight, f32l2=e.float32_l2, n_steps=e.n_steps.copy(), scales=scales,
                   n_iter=e.n_iterations)
