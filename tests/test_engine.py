@@ -202,8 +202,9 @@ def test_the_derivative_cache_changes_no_score(name: str) -> None:
     assert cached == (steps if eligible else 0)
     bare = InfluenceEngine(spec.ensemble(), cache_bytes=0)
     assert bare.cached_steps == (0, steps)
-    # A cache with room for about half the steps: the sweep mixes cached and recomputed steps.
-    half = InfluenceEngine(spec.ensemble(), cache_bytes=32 * e.n_rows * max(steps // 2, 1))
+    # A cache with room for about half the steps (each row's point per step: 8 bytes a number):
+    # the sweep mixes cached and recomputed steps.
+    half = InfluenceEngine(spec.ensemble(), cache_bytes=8 * e.loss.state_size * e.n_rows * max(steps // 2, 1))
     assert half.cached_steps[0] == (max(steps // 2, 1) if eligible else 0)
     for kw in ({}, {"aggregate": "mean"}, {"on": "prediction", **_outputs(spec)[0]}):
         expected = bare.influence_reverse(test, **kw)

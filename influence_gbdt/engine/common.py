@@ -28,6 +28,21 @@ _internal = numba.njit(cache=True, nogil=True, internal=True)
 per_row = numba.njit(cache=True, nogil=True, inline="always", internal=True)
 
 
+@per_row
+def keep_point(DER: NDArray[np.float64], q: int, j: int, z0: float, z1: float) -> None:
+    """Keep row ``j``'s point ``(z0, z1)`` (:func:`..losses.point1`'s) in the derivative cache's
+    slot ``q`` (``DER`` (P, n, point size): ``z1`` only where the loss's point has two numbers)."""
+    DER[q, j, 0] = z0
+    if DER.shape[2] > 1:
+        DER[q, j, 1] = z1
+
+
+@per_row
+def kept_point(DER: NDArray[np.float64], q: int, j: int) -> tuple[float, float]:
+    """Row ``j``'s point kept in slot ``q`` (see :func:`keep_point`)."""
+    return DER[q, j, 0], (DER[q, j, 1] if DER.shape[2] > 1 else 0.0)
+
+
 @_internal
 def l2_term(trees: Trees, t: int, mean_w: float) -> float:
     """Tree ``t``'s L2 term per unit of the mean weight, ``l2m[t] * mean_w`` (float32 where

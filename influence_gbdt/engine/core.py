@@ -93,10 +93,11 @@ class InfluenceEngine:
         depend on it, bit for bit (each sum is summed in one order whatever the threads). Settable
         after construction, for scoring (``engine.n_threads = 4``; None = the default).
     cache_bytes : float, default 1e9
-        Most memory for the derivative cache: the replay keeps every row's loss derivatives at
-        the leaf steps it computes first, as many as fit (32 bytes per row and step), for models
-        whose reverse sweep can use them (one output, no renewed leaves, no joint rounds); the
-        sweep recomputes the others (all cached: 5x faster on LightGBM's default). 0 = never.
+        Most memory for the derivative cache: the replay keeps what every row's loss derivatives
+        come from (its point) at the leaf steps it computes first, as many as fit (16 bytes per
+        row and step for log loss, 8 for the other losses), for models whose reverse sweep can
+        use them (one output, no renewed leaves, no joint rounds); the sweep recomputes the
+        others (all cached: 5x faster on LightGBM's default). 0 = never.
 
     Attributes
     ----------

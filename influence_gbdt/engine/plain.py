@@ -21,9 +21,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .. import _jit as numba
-from ..losses import derivs1, grad_hess, jvp, params4, point, vjp, weighted
+from ..losses import derivs1, grad_hess, jvp, params4, point, point1, step_derivs1, vjp, weighted
 from .common import (
     add_hessian_row,
+    kept_point,
     l2_term,
     leaf_step,
     per_row,
@@ -151,7 +152,8 @@ def row_adjoints(
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     rs0 = lay.sl_off[lay.step_ptr[t0]]
     if K == 1:
-        _row_adjoints1(lay, trees, rows, loss, u_before, t0, t1, s, rs0, A, g_bar, d_bar, a_bar, w_bar)
+        _row_adjoints1(lay, trees, rows, loss, u_before, t0, t1, s, rs0, A, np.empty((0, 0, 1)), -1, g_bar,
+                       d_bar, a_bar, w_bar)
         return
     z = np.empty(loss.zsize)
     g = np.empty(K)
@@ -188,24 +190,26 @@ def row_adjoints(
 @_internal
 def _row_adjoints1(
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, u_before: NDArray[np.float64], t0: int, t1: int,
-    s: int, rs0: int, A: NDArray[np.float64], g_bar: NDArray[np.float64], d_bar: NDArray[np.float64],
-    a_bar: NDArray[np.float64], w_bar: NDArray[np.float64],
+    s: int, rs0: int, A: NDArray[np.float64], DER: NDArray[np.float64], q: int, g_bar: NDArray[np.float64],
+    d_bar: NDArray[np.float64], a_bar: NDArray[np.float64], w_bar: NDArray[np.float64],
 ) -> None:
     """:func:`row_adjoints` of a one-output model (trees ``t0 .. t1 - 1`` of the round), with the
-    loss derivatives as scalars: the rows' derivatives are computed once (as the replay caches
-    them), then :func:`cached_row_adjoints1` runs."""
+    loss derivatives as scalars: the rows' derivatives are computed once, at the points the
+    replay kept in slot ``q`` of the cache ``DER`` (-1: at the margins), then
+    :func:`cached_row_adjoints1` runs."""
     n = A.shape[0]
-    floor = loss.prm[0]
     prm = params4(loss.prm)
     der = np.empty((n, 4))  # g, h, w dg/dm, w dh/dm of each row
     for j in range(n):
-        m = A[j, 0]
-        for t in range(t0, t1):
-            m += u_before[lay.sl_off[lay.step_ptr[t] + s] + lay.leaf[t, j]]
-        g, h, dg, dh = derivs1(loss.code, prm, rows.y[j, 0], m)
-        if h < floor:  # the booster's floored hessian is constant in the margin
-            h, dh = floor, 0.0
-        der[j, 0], der[j, 1], der[j, 2], der[j, 3] = g, h, rows.w[j] * dg, rows.w[j] * dh
+        if q >= 0:
+            z0, z1 = kept_point(DER, q, j)
+        else:
+            m = A[j, 0]
+            for t in range(t0, t1):
+                m += u_before[lay.sl_off[lay.step_ptr[t] + s] + lay.leaf[t, j]]
+            z0, z1 = point1(loss.code, prm, m)
+        der[j, 0], der[j, 1], der[j, 2], der[j, 3] = step_derivs1(loss.code, prm, rows.y[j, 0], rows.w[j], z0,
+                                                                  z1)
     cached_row_adjoints1(lay, trees, t0, t1, s, rs0, der, g_bar, d_bar, a_bar, w_bar)
 
 
@@ -256,9 +260,9 @@ def reverse_round(
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     for s in range(trees.n_steps[t0]):
         q = cache.der_slot[lay.step_ptr[t0] + s]
-        if q >= 0:  # the replay's derivatives of this step
-            cached_row_adjoints1(lay, trees, t0, t1, s, lay.sl_off[lay.step_ptr[t0]], cache.DER[q], g_bar,
-                                 d_bar, a_bar, w_bar)
+        if q >= 0:  # at the points the replay kept of this step
+            _row_adjoints1(lay, trees, rows, loss, sums.u_before, t0, t1, s, lay.sl_off[lay.step_ptr[t0]], A,
+                           cache.DER, q, g_bar, d_bar, a_bar, w_bar)
         else:
             row_adjoints(lay, trees, rows, loss, sums.u_before, r, s, A, g_bar, d_bar, a_bar, w_bar)
 

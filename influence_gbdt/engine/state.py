@@ -44,8 +44,6 @@ _FAST_OBJECTIVES = {"exact": -1, "fast_logloss": CB_LOGLOSS, "fast_cross_entropy
 #: flips measured at gaps <= 8.5e-16 relative). 1e-11 covers that with room and stays far below
 #: any real improvement a step makes. The fast objectives mirror the booster bit for bit: no band.
 _EXACT_TIE = 1e-11
-#: Bytes the derivative cache holds per training row and flat leaf step: g, h, w dg/dm, w dh/dm.
-DERIVATIVE_BYTES = 32
 
 
 class Layout(NamedTuple):
@@ -120,9 +118,12 @@ class Sums(NamedTuple):
 
 
 class Cache(NamedTuple):
-    """The replay's per-row loss derivatives at its first leaf steps (one-output models)."""
+    """What the replay keeps of each row at its first leaf steps (one-output models): the row's
+    point (:func:`..losses.point1`: p and 1 - p for log loss, one number otherwise), from which
+    the sweeps get g, h, w dg/dm, w dh/dm bit for bit without an exponential (in 8 or 16 bytes,
+    where the four took 32)."""
 
-    DER: NDArray[np.float64]  # (P, n, 4) g, h, w dg/dm, w dh/dm of up to P flat steps; else (0, 0, 4)
+    DER: NDArray[np.float64]  # (P, n, point size) each row's point at up to P flat steps; else (0, 0, size)
     der_slot: NDArray[np.int64]  # (n_flat_steps,) each flat step's slot of DER, -1 = not cached
     der_used: NDArray[np.int64]  # (1,) slots of DER taken (the replay assigns them as it computes steps)
 
@@ -191,7 +192,7 @@ def derivative_cache_slots(e: TreeEnsemble, cache_bytes: float) -> int:
         return 0
     first = np.r_[True, e.tree_round[1:] != e.tree_round[:-1]]  # each round's first tree
     slots = int(np.where(e.backtracking, e.n_iterations, e.n_steps)[first].sum())
-    return int(min(slots, cache_bytes // (DERIVATIVE_BYTES * e.n_rows)))
+    return int(min(slots, cache_bytes // (8 * e.loss.state_size * e.n_rows)))
 
 
 def cache_eligible(e: TreeEnsemble) -> bool:
@@ -260,7 +261,7 @@ def build_state(e: TreeEnsemble, group_sums: bool, cache_slots: int = 0, sort_ro
                 G=np.zeros(n_sl), H=np.zeros(n_sl), SDG=np.zeros(n_sl), SDH=np.zeros(n_sl),
                 RG=np.zeros(n_sl), RD=np.zeros(n_sl), GV=np.zeros((n_sl if G else 0, G)),
                 HV=np.zeros((n_sl if G else 0, G)))
-    cache = Cache(DER=np.zeros((cache_slots, n if cache_slots else 0, 4)),
+    cache = Cache(DER=np.zeros((cache_slots, n if cache_slots else 0, e.loss.state_size)),
                   der_slot=np.full(int(step_ptr[-1]), -1), der_used=np.zeros(1, dtype=np.int64))
     joint = None
     if e.full_hessian.any():
