@@ -211,8 +211,8 @@ def _row_pass_one(
     one-output models of the three libraries): the same arithmetic, step by step over the rows
     (each row's steps still in order), each step in a loop short enough for the compiler to keep
     it in registers, log loss's with its arithmetic inlined (measured: 2.5x faster than the
-    general loop on one objective with cached derivatives, 1.8x without; CatBoost's default
-    1.4x faster by steps than by rows)."""
+    general loop on one objective with cached derivatives, 1.8x without; a cached step of
+    CatBoost's rounds 3.5 ns per row on one thread by steps, 7.4 ns by rows)."""
     t0 = lay.round_ptr[r]
     first, qs = _round_steps(lay, trees, cache, r)
     newton = trees.newton[t0]
