@@ -160,22 +160,26 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
                 for t in range(t0, t1):
                     m += u_before[first[s, t - t0] + leaf[t, j]]
                 z0, z1 = point1(code, p4, m)
-            g, h, wdg, wdh = step_derivs1(code, p4, y[j, 0], w[j], z0, z1)
             if single:  # the batch's loops are plain arithmetic on contiguous memory
                 k = first[s, 0] - base + leaf[t0, j]
-                if with_margins and newton[0]:
-                    for b in range(B):
-                        aT[j, b] += (0.0 + GT[k, b]) * wdg + (0.0 + DT[k, b]) * wdh
-                elif with_margins:
-                    for b in range(B):
-                        aT[j, b] += (0.0 + GT[k, b]) * wdg + 0.0 * wdh
-                if with_weights and newton[0]:
-                    for b in range(B):
-                        W[jj, b] += 0.0 + (GT[k, b] * g + DT[k, b] * h)
-                elif with_weights:
-                    for b in range(B):
-                        W[jj, b] += 0.0 + (GT[k, b] * g + DT[k, b])
+                if with_margins:  # (each pass computes what it uses of the inlined derivatives)
+                    _, _, wdg, wdh = step_derivs1(code, p4, y[j, 0], w[j], z0, z1)
+                    if newton[0]:
+                        for b in range(B):
+                            aT[j, b] += (0.0 + GT[k, b]) * wdg + (0.0 + DT[k, b]) * wdh
+                    else:
+                        for b in range(B):
+                            aT[j, b] += (0.0 + GT[k, b]) * wdg + 0.0 * wdh
+                if with_weights:
+                    g, h, _, _ = step_derivs1(code, p4, y[j, 0], w[j], z0, z1)
+                    if newton[0]:
+                        for b in range(B):
+                            W[jj, b] += 0.0 + (GT[k, b] * g + DT[k, b] * h)
+                    else:
+                        for b in range(B):
+                            W[jj, b] += 0.0 + (GT[k, b] * g + DT[k, b])
                 continue
+            g, h, wdg, wdh = step_derivs1(code, p4, y[j, 0], w[j], z0, z1)
             for b in range(B):
                 beta = 0.0
                 gamma = 0.0
