@@ -97,7 +97,8 @@ class InfluenceEngine:
         come from (its point) at the leaf steps it computes first, as many as fit (16 bytes per
         row and step for log loss, 8 for the other losses), for models whose reverse sweep can
         use them (one output, no renewed leaves, no joint rounds); the sweep recomputes the
-        others (all cached: 5x faster on LightGBM's default). 0 = never.
+        others (one test point's sweep on LightGBM's default, Adult: 0.017 s without the cache,
+        0.007 s with it). 0 = never.
 
     Attributes
     ----------
