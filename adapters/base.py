@@ -98,6 +98,9 @@ class BoosterAdapter(ABC):
     def __init__(self, model: Any, params: Mapping[str, Any] | None = None) -> None:
         self.model = model
         self.params = dict(params or {})
+        #: Threads the adapter's own passes over many rows may use (None: every core, as the
+        #: engine's default); :meth:`prepare` sets the engine's.
+        self.n_threads: int | None = None
 
     @abstractmethod
     def describe(
@@ -241,6 +244,7 @@ class BoosterAdapter(ABC):
         ReproductionError
             If the recomputed leaf values do not reproduce the stored ones.
         """
+        self.n_threads = n_threads
         ensemble = self.describe(X, y, sample_weight, init_score)
         check_weight_sum(float(ensemble.sample_weight.sum()))
         return self.verify(InfluenceEngine(ensemble, n_threads=n_threads, cache_bytes=cache_bytes))

@@ -41,8 +41,10 @@ What XGBoost does, and how it lands in the description (verified by the tests of
   all restricted to those rounds.
 * Leaf values come from the JSON model (``save_raw('json')``); a live leaf is a node reachable from
   the root with ``left_children == -1`` (pruned nodes of ``tree_method='exact'`` stay in the arrays,
-  marked deleted). Leaves are numbered ``0 .. n_leaves - 1`` in node-id order, and ``pred_leaf`` node
-  ids are mapped onto that numbering.
+  marked deleted). Leaves are numbered ``0 .. n_leaves - 1`` in node-id order. The training rows'
+  leaves come from our own walk through the trees (:mod:`.xgboost_leaves`: XGBoost's rule for
+  numerical splits, checked against ``pred_leaf`` on 512 rows), else (categorical splits, sparse
+  input, few rows) from ``pred_leaf``, whose node ids are mapped onto that numbering.
 * Leaf value = float32(eta * raw), raw = -ThresholdL1(G, alpha) / (H + lambda), clipped to
   +-max_delta_step when it is nonzero, and 0 when H < min_child_weight; the logistic hessian is
   floored at 1e-16. A grown leaf always has H >= min_child_weight (split constraint), so only a
@@ -87,6 +89,7 @@ from influence_gbdt.labels import LabelMap
 from influence_gbdt.tabular import n_rows, take_rows
 
 from .base import BoosterAdapter, check_numeric_params, one_thread, target_matrix
+from .xgboost_leaves import JsonTrees, NumericTrees, float32_rows
 from .xgboost_objectives import RT_EPS, Objective, objective_from_config, rounding_units
 
 #: Accepted ``params`` keys -> canonical name (XGBoost aliases included).
@@ -108,6 +111,9 @@ _ALIASES: dict[str, str] = {
 #: A leaf within this many float32 rounding bounds (:func:`rounding_units`) is reproduced.
 ROUNDING_UNITS = 2.0
 _MEASURED_UNITS = 0.6
+#: Rows on which :meth:`XGBoostAdapter.leaf_indices` checks its own walk against ``pred_leaf``
+#: (about 1 ms for 100 trees).
+_CHECKED_ROWS = 512
 #: Rows whose leaves one ``predict(pred_leaf=True)`` call reads (its float32 output: 4 bytes per
 #: tree and row of them).
 _LEAF_ROWS = 131_072
@@ -190,9 +196,14 @@ class XGBoostAdapter(BoosterAdapter):
         self.base_margin: NDArray[np.float64] = self.objective.start_margin(stored)
         self._described_base = self.base_margin  # 0 once described with a per-row base margin
         self.n_rounds = _predicted_rounds(model, self.booster)
+        #: A copy of the booster that predicts on one thread, for small inputs (:meth:`_predict`).
+        #: Made here, before the model is read: copying serializes the model on XGBoost's threads,
+        #: which then spin for milliseconds (measured: a walk of the rows right after a copy 22.5
+        #: instead of 17.3 ms); reading the JSON model next keeps this thread busy meanwhile.
+        self._single = self.booster.copy()
+        self._single.set_param({"nthread": 1})
         self._leaf_map, self._node_offset, self._leaf_values, self._tree_rate = self._leaf_tables()
         self._cat = any(t == "c" for t in (self.booster.feature_types or []))
-        self._single: xgb.Booster | None = None  # see _one_thread_booster
 
     # ----------------------------------------------------------------------------- construction
     @staticmethod
@@ -264,7 +275,8 @@ class XGBoostAdapter(BoosterAdapter):
     ) -> tuple[NDArray[np.int64], NDArray[np.int64], list[NDArray[np.float64]], NDArray[np.float64]]:
         """Live leaves of the explained trees: node -> leaf number map (flat over trees), node
         offsets, leaf values, and each tree's learning rate (0 for a root-only tree that stores 0
-        because its hessian sum is below min_child_weight)."""
+        because its hessian sum is below min_child_weight). Sets :attr:`_walker`, the trees for
+        :meth:`leaf_indices`' own walk (None with categorical splits)."""
         model = json.loads(self.booster.save_raw("json"))["learner"]["gradient_booster"]["model"]
         n_trees = int(model["iteration_indptr"][self.n_rounds])
         trees = model["trees"][:n_trees]
@@ -272,25 +284,18 @@ class XGBoostAdapter(BoosterAdapter):
         self._tree_output = np.asarray(model["tree_info"][:n_trees], dtype=np.int64)
         indptr = np.asarray(model["iteration_indptr"][: self.n_rounds + 1], dtype=np.int64)
         self._tree_round = np.repeat(np.arange(self.n_rounds), np.diff(indptr))
-        maps, values, rates = [], [], []
-        for tree in trees:  # one pass per tree (a few hundred nodes), never per row
-            left = np.asarray(tree["left_children"], dtype=np.int64)
-            right = np.asarray(tree["right_children"], dtype=np.int64)
-            live = np.zeros(left.size, dtype=bool)
-            frontier = np.array([0])
-            while frontier.size:  # breadth-first from the root: skips nodes pruned by 'exact'
-                live[frontier] = True
-                inner = frontier[left[frontier] != -1]
-                frontier = np.concatenate([left[inner], right[inner]])
-            is_leaf = live & (left == -1)
-            node_map = np.full(left.size, -1, dtype=np.int64)
-            node_map[is_leaf] = np.arange(int(is_leaf.sum()))
-            maps.append(node_map)
-            values.append(np.asarray(tree["split_conditions"], dtype=np.float64)[is_leaf])
-            below = tree["sum_hessian"][0] < self.min_child_weight and not self.objective.renewed
-            rates.append(0.0 if left[0] == -1 and values[-1][0] == 0 and below else self.eta)
-        offsets = np.concatenate([[0], np.cumsum([m.size for m in maps])[:-1]]).astype(np.int64)
-        return np.concatenate(maps), offsets, values, np.asarray(rates)
+        flat = JsonTrees.read(trees)
+        is_leaf = flat.leaf_number >= 0
+        leaf_values = flat.condition[is_leaf]
+        cuts = np.cumsum(np.bincount(np.repeat(np.arange(n_trees), np.diff(flat.start))[is_leaf],
+                                     minlength=n_trees))[:-1]
+        roots = flat.start[:-1]
+        hessian = np.fromiter((tree["sum_hessian"][0] for tree in trees), dtype=np.float64, count=n_trees)
+        # A root-only tree storing 0 because its hessian sum is below min_child_weight: rate 0.
+        zero = (flat.left[roots] < 0) & (flat.condition[roots] == 0) & (hessian < self.min_child_weight)
+        rates = np.where(zero & (not self.objective.renewed), 0.0, self.eta)
+        self._walker = NumericTrees.of(flat)
+        return flat.leaf_number, roots.copy(), np.split(leaf_values, cuts), rates
 
     # ----------------------------------------------------------------------------- data access
     def model_features(self) -> tuple[int, list[str] | None]:
@@ -345,41 +350,51 @@ class XGBoostAdapter(BoosterAdapter):
 
     def _predict(self, X: Any, base_margin: ArrayLike | None = None, **kwargs: Any) -> NDArray[Any]:
         """``Booster.predict`` on ``X``; an array is read by position (as XGBClassifier.predict does),
-        a DataFrame by the names :meth:`check_features` compared."""
+        a DataFrame by the names :meth:`check_features` compared. Small inputs
+        (:func:`.base.one_thread`) on one thread, by a one-thread DMatrix and a one-thread copy of the
+        booster (both building the DMatrix and predicting on XGBoost's threads were measured to slow
+        the sweep that follows; the booster's own ``nthread`` is the user's, and
+        ``xgb.config_context(nthread=1)`` was measured to leave OpenMP on one thread for the user's
+        later predictions)."""
         single = one_thread(n_rows(X), self._node_offset.size)
-        booster = self._one_thread_booster() if single else self.booster
+        booster = self._single if single else self.booster
         with self.reading():
             dm = self._dmatrix(X, base_margin, nthread=1 if single else None)
             return np.asarray(booster.predict(dm, validate_features=hasattr(X, "columns"), **kwargs))
-
-    def _one_thread_booster(self) -> xgb.Booster:
-        """A copy of the booster that predicts on one thread, for small inputs (:func:`.base.one_thread`:
-        both building the DMatrix and predicting on XGBoost's threads were measured to slow the sweep
-        that follows). The booster's own ``nthread`` is the user's, and ``xgb.config_context(nthread=1)``
-        was measured to leave OpenMP on one thread for the user's later predictions. Made on first
-        use (~1.5 ms)."""
-        if self._single is None:
-            self._single = self.booster.copy()
-            self._single.set_param({"nthread": 1})
-        return self._single
 
     def leaf_indices(self, X: Any) -> NDArray[np.int32]:
         """Leaf of every row in every explained tree, ndarray of shape (n_trees, n_rows), int32,
         ``0 .. n_leaves-1``.
 
-        Read :data:`_LEAF_ROWS` rows at a time and converted tree by tree: XGBoost's float32 node
-        ids for all rows, and int64 copies of them, would be 4-24 bytes per tree and row on top of
-        the result (2.8 GB at 1e6 rows x 100 trees)."""
+        Many rows of a dense numeric ``X`` are walked through the trees by our own kernel
+        (:mod:`.xgboost_leaves`, 2-3x faster than ``pred_leaf``), which is checked against XGBoost's
+        ``pred_leaf`` on :data:`_CHECKED_ROWS` rows spread over ``X`` (XGBoost answers where they
+        differ). Otherwise XGBoost's ``pred_leaf``, :data:`_LEAF_ROWS` rows at a time: its float32
+        node ids for all rows, and int64 copies of them, would be 4-24 bytes per tree and row on top
+        of the result (2.8 GB at 1e6 rows x 100 trees)."""
         n = n_rows(X)
+        if self._walker is not None and not one_thread(n, self._node_offset.size):
+            rows = float32_rows(X, self.missing)
+            if rows is not None:
+                leaves = self._walker.leaves(*rows, n_threads=self.n_threads)
+                del rows
+                check = np.unique(np.linspace(0, n - 1, min(n, _CHECKED_ROWS)).astype(np.int64))
+                if np.array_equal(leaves[:, check], self._pred_leaf(take_rows(X, check))):
+                    return leaves
         leaves = np.empty((self._node_offset.size, n), dtype=np.int32)
         for start in range(0, n, _LEAF_ROWS):
             stop = min(start + _LEAF_ROWS, n)
             part = X if stop - start == n else take_rows(X, np.arange(start, stop))
-            nodes = self._predict(part, pred_leaf=True, iteration_range=(0, self.n_rounds))
-            nodes = nodes.reshape(stop - start, -1)
-            for t in range(nodes.shape[1]):
-                leaves[t, start:stop] = self._leaf_map[nodes[:, t].astype(np.int64) + self._node_offset[t]]
-        if leaves.min() < 0:
+            leaves[:, start:stop] = self._pred_leaf(part)
+        return leaves
+
+    def _pred_leaf(self, X: Any) -> NDArray[np.int32]:
+        """XGBoost's ``pred_leaf`` of ``X`` as our leaf numbers, shape (n_trees, n_rows), int32."""
+        nodes = self._predict(X, pred_leaf=True, iteration_range=(0, self.n_rounds)).reshape(n_rows(X), -1)
+        leaves = np.empty((nodes.shape[1], nodes.shape[0]), dtype=np.int32)
+        for t in range(nodes.shape[1]):
+            leaves[t] = self._leaf_map[nodes[:, t].astype(np.int64) + self._node_offset[t]]
+        if leaves.size and leaves.min() < 0:
             raise InputError("XGBoost returned a node id that is not a leaf of the model: the model changed.")
         return leaves
 

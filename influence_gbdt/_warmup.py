@@ -12,7 +12,8 @@ softmax rounds, renewed quantile leaves, backtracking, class factors that move w
 and runs every pass of the engine on them: the replay, reverse and forward mode, LeafRefit with each
 update set, on the loss and on the prediction; the partitioned engine's halves (Dask); the losses'
 vectorized methods; the base-margin rules; CatBoost's random stream and predict-time CTR values;
-the feature-tweaking margin kernel. No booster is imported.
+the feature-tweaking margin kernel; the XGBoost adapter's walk through its trees. No booster is
+imported.
 """
 
 from __future__ import annotations
@@ -214,6 +215,21 @@ def _stored_ctrs() -> None:
     _ctr_values(Z, np.array([3.0, 0.5]), *tables, out)
 
 
+def _xgboost_walk() -> None:
+    """The XGBoost adapter's walk through the trees, with and without missing values, on one tree
+    of one split (in the JSON model's form)."""
+    from .adapters.xgboost_leaves import NumericTrees, float32_rows
+
+    tree = {"left_children": [1, -1, -1], "right_children": [2, -1, -1], "split_indices": [0, 0, 0],
+            "split_conditions": [0.5, -1.0, 1.0], "default_left": [1, 0, 0]}
+    walker = NumericTrees.from_json([tree], [np.array([-1, 0, 1])])
+    assert walker is not None
+    for X in (np.array([[0.0], [1.0]]), np.array([[np.nan], [1.0]])):
+        rows = float32_rows(X, np.nan)
+        assert rows is not None
+        walker.leaves(*rows, n_threads=1)
+
+
 def _tweak_kernel() -> None:
     """The feature-tweaking margin kernels, with and without a base row (an oblivious one too), on
     a real (read-only) tree structure: one split on feature 0 and two leaves."""
@@ -254,7 +270,8 @@ def _jobs() -> dict[str, Callable[[], None]]:
         _ensemble(rng, "logloss", base_margin=-0.3, base_rule="mean"), rng)
     jobs.update({name: partial(_configured, name) for name in CONFIGURATIONS if name not in jobs})
     jobs.update(losses=_losses, base_margins=lambda: _base_margins(rng),
-                catboost_stream=_catboost_stream, stored_ctrs=_stored_ctrs, tweak=_tweak_kernel)
+                catboost_stream=_catboost_stream, stored_ctrs=_stored_ctrs, tweak=_tweak_kernel,
+                xgboost_walk=_xgboost_walk)
     return jobs
 
 
