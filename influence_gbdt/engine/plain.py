@@ -21,7 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .. import _jit as numba
-from ..losses import derivs1, grad_hess, jvp, params4, point, point1, step_derivs1, vjp, weighted
+from ..losses import Params4, derivs1, grad_hess, jvp, params4, point, point1, step_derivs1, vjp, weighted
 from .common import (
     add_hessian_row,
     kept_point,
@@ -374,7 +374,10 @@ def refit_round_sums(
     ``HXs`` (leaves, K).
 
     A leaf whose rows all keep their original margins and weights, at the original replay's
-    ``a``-th step, reuses the cached sums minus row ``i0``'s share; the others are summed anew.
+    ``a``-th step, reuses the cached sums minus row ``i0``'s share; the others are summed anew,
+    each over its rows in row order: leaf by leaf (``rows_by_leaf``), or, where every leaf of a
+    one-output tree is summed anew, in one pass over the rows (:func:`_tree_sums_in_row_order`:
+    the same additions in the same order, reading the rows' arrays in their order).
     """
     K = A.shape[1]
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
@@ -383,6 +386,7 @@ def refit_round_sums(
     track = delta.shape[0] > 0
     is_joint = joint is not None and joint.joint[t0]
     prm = params4(loss.prm)
+    whole = K == 1 and not is_joint and (every or changed)  # no leaf clean
     for t in range(t0, t1):
         c = lay.out[t]
         for gl in range(lay.leaf_off[t], lay.leaf_off[t + 1]):
@@ -393,19 +397,11 @@ def refit_round_sums(
             Hs[gl - rl0] = 0.0
             if is_joint:
                 HXs[gl - rl0] = 0.0
+            if whole:
+                continue
             if clean:
-                Gs[gl - rl0] = sums.G[sl]
-                Hs[gl - rl0] = sums.H[sl]
-                if joint is not None and is_joint:
-                    HXs[gl - rl0] = joint.HX[sl]
-                if i0 >= 0 and lj == lay.leaf[t, i0]:  # the cached sums without row i0's share
-                    step_point(lay, loss, sums.u_before, r, a, A, i0, mrow, z)
-                    grad_hess(loss.code, loss.prm, rows.y[i0], z, g, h)
-                    wg, wh = weighted(loss.code, g[c], h[c], rows.w[i0], rows.f32)
-                    Gs[gl - rl0] -= wg
-                    Hs[gl - rl0] -= wh if trees.newton[t] else rows.w[i0]
-                    if is_joint:
-                        add_hessian_row(z, c, -rows.w[i0], HXs[gl - rl0])
+                _cached_leaf_sums(lay, trees, rows, loss, sums, joint, is_joint, r, a, A, t, gl, sl, i0,
+                                  gl - rl0, Gs, Hs, HXs, scratch)
                 continue
             first = lay.leaf_first[gl]
             moved = track and (every or sel[gl])
@@ -426,6 +422,61 @@ def refit_round_sums(
                         add_hessian_row(z, c, w_new[j], HXs[gl - rl0])
                 Gs[gl - rl0] += wg
                 Hs[gl - rl0] += wh if trees.newton[t] else w_new[j]
+        if whole:
+            _tree_sums_in_row_order(lay, trees, rows, loss, prm, t, A, delta, track and every, track, sel, u,
+                                    w_new, i0, Gs[lay.leaf_off[t] - rl0 :], Hs[lay.leaf_off[t] - rl0 :])
+
+
+@per_row
+def _cached_leaf_sums(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, joint: Joint | None, is_joint: bool,
+    r: int, a: int, A: NDArray[np.float64], t: int, gl: int, sl: int, i0: int, at: int,
+    Gs: NDArray[np.float64], Hs: NDArray[np.float64], HXs: NDArray[np.float64], scratch: NDArray[np.float64],
+) -> None:
+    """Leaf ``gl``'s sums from the replay's cached sums of its step-leaf slot ``sl``, less row
+    ``i0``'s share if the leaf holds it, into ``Gs[at]``, ``Hs[at]`` (and ``HXs[at]`` for a joint
+    round); see :func:`refit_round_sums`."""
+    K = A.shape[1]
+    c = lay.out[t]
+    mrow, z, g, h = scratch[0, :K], scratch[1, : loss.zsize], scratch[2, :K], scratch[3, :K]
+    Gs[at] = sums.G[sl]
+    Hs[at] = sums.H[sl]
+    if joint is not None and is_joint:
+        HXs[at] = joint.HX[sl]
+    if i0 >= 0 and gl - lay.leaf_off[t] == lay.leaf[t, i0]:  # the cached sums without row i0's share
+        step_point(lay, loss, sums.u_before, r, a, A, i0, mrow, z)
+        grad_hess(loss.code, loss.prm, rows.y[i0], z, g, h)
+        wg, wh = weighted(loss.code, g[c], h[c], rows.w[i0], rows.f32)
+        Gs[at] -= wg
+        Hs[at] -= wh if trees.newton[t] else rows.w[i0]
+        if is_joint:
+            add_hessian_row(z, c, -rows.w[i0], HXs[at])
+
+
+@per_row
+def _tree_sums_in_row_order(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, prm: Params4, t: int, A: NDArray[np.float64],
+    delta: NDArray[np.float64], all_moved: bool, track: bool, sel: NDArray[np.bool_], u: NDArray[np.float64],
+    w_new: NDArray[np.float64], i0: int, Gs: NDArray[np.float64], Hs: NDArray[np.float64],
+) -> None:
+    """Every leaf's sums of one-output tree ``t`` added into ``Gs``, ``Hs`` (indexed by the tree's
+    leaves), row ``i0`` deleted, in one pass over the rows: a leaf's rows in row order, as
+    :func:`refit_round_sums` adds them leaf by leaf (a row's margin moved by ``delta`` if
+    ``all_moved``, or if ``track`` and its leaf is in ``sel``). The leaf-by-leaf order reads the
+    rows' margins, labels and weights out of order; measured on Adult (LeafRefit with every point
+    updated, per deleted row, two threads): CatBoost (300 trees) 1.20 -> 1.10 s, the LightGBM and
+    XGBoost defaults 22 -> 19 and 21 -> 19 ms."""
+    base = lay.leaf_off[t]
+    newton = trees.newton[t]
+    for j in range(A.shape[0]):
+        if j == i0:
+            continue
+        lj = lay.leaf[t, j]
+        m = A[j, 0] + delta[j, 0] if all_moved or (track and sel[base + lj]) else A[j, 0]
+        gg, hh, _, _ = derivs1(loss.code, prm, rows.y[j, 0], m + u[base + lj])
+        wg, wh = weighted(loss.code, gg, max(hh, loss.prm[0]), w_new[j], rows.f32)
+        Gs[lj] += wg
+        Hs[lj] += wh if newton else w_new[j]
 
 
 #: :func:`refit_round_sums` inlined where it runs once per tree for every deleted row (LeafRefit's
