@@ -146,6 +146,16 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
     p4 = params4(prm)  # a call per row given an array would count references to it
     g0, g1 = (lay.round_ptr[r - 1], t0) if gather else (t0, t0)
     grl0 = leaf_off[g0]
+    if every and single and S == 1:  # one cached step: the batch's loops alone (see _kept_margins)
+        k0, terms = first[0, 0] - base, np.empty((j1 - j0, 2))
+        if with_margins:
+            _kept_terms(code, p4, y, w, DER, qs[0], j0, j1, True, terms)
+            _kept_margins(terms, leaf[t0], k0, GT, DT, newton[0], aT, j0, j1, leaf, leaf_off, g0, g1, PT,
+                          gather)
+        if with_weights:
+            _kept_terms(code, p4, y, w, DER, qs[0], j0, j1, False, terms)
+            _kept_weights(terms, leaf[t0], k0, GT, DT, newton[0], W, j0, j1)
+        return
     for j in range(j0, j1):
         jj = j - j0
         if not every:
@@ -203,6 +213,76 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
             gl = leaf_off[t] - grl0 + leaf[t, j]
             for b in range(B):
                 PT[c, gl, b] += aT[j, b]
+
+
+@_internal
+def _kept_terms(
+    code: int, p4: Params4, y: NDArray[np.float64], w: NDArray[np.float64], DER: NDArray[np.float64], q: int,
+    j0: int, j1: int, margins: bool, terms: NDArray[np.float64],
+) -> None:
+    """Rows ``j0 .. j1 - 1``'s ``(w dg/dm, w dh/dm)`` (``margins``) or ``(g, h)`` at their points
+    kept in the cache's slot ``q``, into ``terms`` (j1 - j0, 2): :func:`.step_derivs1`."""
+    if code == LOGLOSS:  # (p, 1 - p) kept
+        kept = DER[q]
+        for j in range(j0, j1):
+            g, h, wdg, wdh = step_logloss(p4, y[j, 0], w[j], kept[j, 0], kept[j, 1])
+            terms[j - j0, 0], terms[j - j0, 1] = (wdg, wdh) if margins else (g, h)
+        return
+    for j in range(j0, j1):
+        z0, z1 = kept_point(DER, q, j)
+        g, h, wdg, wdh = step_derivs1(code, p4, y[j, 0], w[j], z0, z1)
+        terms[j - j0, 0], terms[j - j0, 1] = (wdg, wdh) if margins else (g, h)
+
+
+@_internal
+def _kept_margins(
+    terms: NDArray[np.float64], leaf_t: NDArray[np.int32], k0: int, GT: NDArray[np.float64],
+    DT: NDArray[np.float64], newton: bool, aT: NDArray[np.float64], j0: int, j1: int, leaf: NDArray[np.int32],
+    leaf_off: NDArray[np.int64], g0: int, g1: int, PT: NDArray[np.float64], gather: bool,
+) -> None:
+    """:func:`_row_pass`'s margin adjoints ``aT[j]`` (B,) of rows ``j0 .. j1 - 1`` for a round of
+    one tree (leaves ``leaf_t``, its step-leaf slots' rows of ``GT``, ``DT`` from ``k0``) and one
+    cached step, from the rows' ``terms`` (:func:`_kept_terms`), then gathered into the leaves of
+    trees ``g0 .. g1 - 1`` (round ``r - 1``) if ``gather``: the same arithmetic, in a loop with no
+    branch or call per row (measured on Adult's LightGBM default, 100 test points on two threads:
+    0.168-0.175 -> 0.118 s; with the loss's arithmetic or a function call in the loop, 0.13 and
+    0.29 s)."""
+    B = GT.shape[1]
+    for j in range(j0, j1):
+        wdg, wdh = terms[j - j0, 0], terms[j - j0, 1]
+        k = k0 + leaf_t[j]
+        if newton:
+            for b in range(B):
+                aT[j, b] += (0.0 + GT[k, b]) * wdg + (0.0 + DT[k, b]) * wdh
+        else:
+            for b in range(B):
+                aT[j, b] += (0.0 + GT[k, b]) * wdg + 0.0 * wdh
+        if gather:
+            c = j // CHUNK_ROWS
+            for t in range(g0, g1):
+                gl = leaf_off[t] - leaf_off[g0] + leaf[t, j]
+                for b in range(B):
+                    PT[c, gl, b] += aT[j, b]
+
+
+@_internal
+def _kept_weights(
+    terms: NDArray[np.float64], leaf_t: NDArray[np.int32], k0: int, GT: NDArray[np.float64],
+    DT: NDArray[np.float64], newton: bool, W: NDArray[np.float64], j0: int, j1: int,
+) -> None:
+    """:func:`_row_pass`'s weight adjoints ``W[j - j0]`` (B,) for a round of one tree and one
+    cached step, from the rows' ``(g, h)`` ``terms`` (as :func:`_kept_margins`)."""
+    B = GT.shape[1]
+    for j in range(j0, j1):
+        g, h = terms[j - j0, 0], terms[j - j0, 1]
+        k = k0 + leaf_t[j]
+        jj = j - j0
+        if newton:
+            for b in range(B):
+                W[jj, b] += 0.0 + (GT[k, b] * g + DT[k, b] * h)
+        else:
+            for b in range(B):
+                W[jj, b] += 0.0 + (GT[k, b] * g + DT[k, b])
 
 
 @_internal
