@@ -218,11 +218,11 @@ def _stored_ctrs() -> None:
 def _xgboost_walk() -> None:
     """The XGBoost adapter's walk through the trees, with and without missing values, on one tree
     of one split (in the JSON model's form)."""
-    from .adapters.xgboost_leaves import NumericTrees, float32_rows
+    from .adapters.xgboost_leaves import JsonTrees, NumericTrees, float32_rows
 
     tree = {"left_children": [1, -1, -1], "right_children": [2, -1, -1], "split_indices": [0, 0, 0],
             "split_conditions": [0.5, -1.0, 1.0], "default_left": [1, 0, 0]}
-    walker = NumericTrees.from_json([tree], [np.array([-1, 0, 1])])
+    walker = NumericTrees.of(JsonTrees.read([tree]))
     assert walker is not None
     for X in (np.array([[0.0], [1.0]]), np.array([[np.nan], [1.0]])):
         rows = float32_rows(X, np.nan)
