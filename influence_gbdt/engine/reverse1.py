@@ -134,8 +134,7 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
     CHUNK_ROWS]`` (leaves of the round, B). ``A`` (j1 - j0, 1) holds the rows' margins leaving
     round ``r`` unless ``every`` step is cached, and those entering it on return. The sums run in
     the order of :func:`.plain.cached_row_adjoints1` (each row's steps in order) and each chunk's
-    leaf sums over its rows in order. A round of one tree runs step by
-    step over the rows (:func:`_tree_margins`); a round of several trees row by row."""
+    leaf sums over its rows in order."""
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     first, qs = _round_steps(lay, trees, cache, r)
     S = qs.shape[0]
@@ -147,22 +146,17 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
     p4 = params4(prm)  # a call per row given an array would count references to it
     g0, g1 = (lay.round_ptr[r - 1], t0) if gather else (t0, t0)
     grl0 = leaf_off[g0]
-    if single:  # step by step, each step's batch arithmetic in loops of its own (see _tree_margins)
-        if not every:
-            for j in range(j0, j1):
-                A[j - j0, out[t0]] += -1.0 * stored[leaf_off[t0] + leaf[t0, j]]
-        terms = np.empty((j1 - j0, 2))
-        for s in range(S):
-            f, lt = first[s, 0], leaf[t0]
-            if with_margins:
-                _step_terms(code, p4, y, w, DER, qs[s], A, u_before, f, lt, j0, j1, True, terms)
-                _tree_margins(terms, lt, f - base, GT, DT, newton[0], aT, j0, j1, leaf, leaf_off, g0, g1, PT,
-                              gather and s == S - 1)
-            if with_weights:
-                _step_terms(code, p4, y, w, DER, qs[s], A, u_before, f, lt, j0, j1, False, terms)
-                _tree_weights(terms, lt, f - base, GT, DT, newton[0], W, j0, j1)
+    if every and single and S == 1:  # one cached step: the batch's loops alone (see _kept_margins)
+        k0, terms = first[0, 0] - base, np.empty((j1 - j0, 2))
+        if with_margins:
+            _kept_terms(code, p4, y, w, DER, qs[0], j0, j1, True, terms)
+            _kept_margins(terms, leaf[t0], k0, GT, DT, newton[0], aT, j0, j1, leaf, leaf_off, g0, g1, PT,
+                          gather)
+        if with_weights:
+            _kept_terms(code, p4, y, w, DER, qs[0], j0, j1, False, terms)
+            _kept_weights(terms, leaf[t0], k0, GT, DT, newton[0], W, j0, j1)
         return
-    for j in range(j0, j1):  # rounds of several trees
+    for j in range(j0, j1):
         jj = j - j0
         if not every:
             for t in range(t0, t1):
@@ -176,6 +170,25 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
                 for t in range(t0, t1):
                     m += u_before[first[s, t - t0] + leaf[t, j]]
                 z0, z1 = point1(code, p4, m)
+            if single:  # the batch's loops are plain arithmetic on contiguous memory
+                k = first[s, 0] - base + leaf[t0, j]
+                if with_margins:  # (each pass computes what it uses of the inlined derivatives)
+                    _, _, wdg, wdh = step_derivs1(code, p4, y[j, 0], w[j], z0, z1)
+                    if newton[0]:
+                        for b in range(B):
+                            aT[j, b] += (0.0 + GT[k, b]) * wdg + (0.0 + DT[k, b]) * wdh
+                    else:
+                        for b in range(B):
+                            aT[j, b] += (0.0 + GT[k, b]) * wdg + 0.0 * wdh
+                if with_weights:
+                    g, h, _, _ = step_derivs1(code, p4, y[j, 0], w[j], z0, z1)
+                    if newton[0]:
+                        for b in range(B):
+                            W[jj, b] += 0.0 + (GT[k, b] * g + DT[k, b] * h)
+                    else:
+                        for b in range(B):
+                            W[jj, b] += 0.0 + (GT[k, b] * g + DT[k, b])
+                continue
             g, h, wdg, wdh = step_derivs1(code, p4, y[j, 0], w[j], z0, z1)
             for b in range(B):
                 beta = 0.0
@@ -203,45 +216,37 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
 
 
 @_internal
-def _step_terms(
+def _kept_terms(
     code: int, p4: Params4, y: NDArray[np.float64], w: NDArray[np.float64], DER: NDArray[np.float64], q: int,
-    A: NDArray[np.float64], u_before: NDArray[np.float64], first: int, leaf_t: NDArray[np.int32], j0: int,
-    j1: int, margins: bool, terms: NDArray[np.float64],
+    j0: int, j1: int, margins: bool, terms: NDArray[np.float64],
 ) -> None:
-    """Rows ``j0 .. j1 - 1``'s ``(w dg/dm, w dh/dm)`` (``margins``) or ``(g, h)`` in one leaf step
-    of a one-tree round (:func:`.step_derivs1`), into ``terms`` (j1 - j0, 2): at their points kept
-    in the cache's slot ``q``, or (``q`` -1) at their margins ``A[j - j0]`` plus the step's in-tree
-    move (``u_before`` from the step's first slot ``first``, by the tree's leaves ``leaf_t``)."""
-    if q >= 0 and code == LOGLOSS:  # (p, 1 - p) kept
+    """Rows ``j0 .. j1 - 1``'s ``(w dg/dm, w dh/dm)`` (``margins``) or ``(g, h)`` at their points
+    kept in the cache's slot ``q``, into ``terms`` (j1 - j0, 2): :func:`.step_derivs1`."""
+    if code == LOGLOSS:  # (p, 1 - p) kept
         kept = DER[q]
         for j in range(j0, j1):
             g, h, wdg, wdh = step_logloss(p4, y[j, 0], w[j], kept[j, 0], kept[j, 1])
             terms[j - j0, 0], terms[j - j0, 1] = (wdg, wdh) if margins else (g, h)
         return
     for j in range(j0, j1):
-        if q >= 0:
-            z0, z1 = kept_point(DER, q, j)
-        else:  # as plain.row_adjoints computes it
-            z0, z1 = point1(code, p4, A[j - j0, 0] + u_before[first + leaf_t[j]])
+        z0, z1 = kept_point(DER, q, j)
         g, h, wdg, wdh = step_derivs1(code, p4, y[j, 0], w[j], z0, z1)
         terms[j - j0, 0], terms[j - j0, 1] = (wdg, wdh) if margins else (g, h)
 
 
 @_internal
-def _tree_margins(
+def _kept_margins(
     terms: NDArray[np.float64], leaf_t: NDArray[np.int32], k0: int, GT: NDArray[np.float64],
     DT: NDArray[np.float64], newton: bool, aT: NDArray[np.float64], j0: int, j1: int, leaf: NDArray[np.int32],
     leaf_off: NDArray[np.int64], g0: int, g1: int, PT: NDArray[np.float64], gather: bool,
 ) -> None:
-    """:func:`_row_pass`'s margin adjoints ``aT[j]`` (B,) of rows ``j0 .. j1 - 1`` through one
-    leaf step of a one-tree round (leaves ``leaf_t``; the step's slots are rows ``k0 ..`` of
-    ``GT``, ``DT``), from the rows' ``terms`` (:func:`_step_terms`), then gathered into the leaves
-    of trees ``g0 .. g1 - 1`` (round ``r - 1``) if ``gather`` (after a round's last step): the same
-    arithmetic as a row at a time through all its steps (each row's additions in the same order),
-    in a loop with no branch or call per row. Measured on Adult's LightGBM default, 100 test points
-    on two threads: 0.168-0.175 -> 0.127 s; with the loss's arithmetic inlined in this loop 0.118 s
-    (but a log-loss twin of each loop), with a call per row (a helper inlined by numba, given the
-    arrays) 0.29 s."""
+    """:func:`_row_pass`'s margin adjoints ``aT[j]`` (B,) of rows ``j0 .. j1 - 1`` for a round of
+    one tree (leaves ``leaf_t``, its step-leaf slots' rows of ``GT``, ``DT`` from ``k0``) and one
+    cached step, from the rows' ``terms`` (:func:`_kept_terms`), then gathered into the leaves of
+    trees ``g0 .. g1 - 1`` (round ``r - 1``) if ``gather``: the same arithmetic, in a loop with no
+    branch or call per row (measured on Adult's LightGBM default, 100 test points on two threads:
+    0.168-0.175 -> 0.118 s; with the loss's arithmetic or a function call in the loop, 0.13 and
+    0.29 s)."""
     B = GT.shape[1]
     for j in range(j0, j1):
         wdg, wdh = terms[j - j0, 0], terms[j - j0, 1]
@@ -261,12 +266,12 @@ def _tree_margins(
 
 
 @_internal
-def _tree_weights(
+def _kept_weights(
     terms: NDArray[np.float64], leaf_t: NDArray[np.int32], k0: int, GT: NDArray[np.float64],
     DT: NDArray[np.float64], newton: bool, W: NDArray[np.float64], j0: int, j1: int,
 ) -> None:
-    """:func:`_row_pass`'s weight adjoints ``W[j - j0]`` (B,) through one leaf step of a one-tree
-    round, from the rows' ``(g, h)`` ``terms`` (as :func:`_tree_margins`)."""
+    """:func:`_row_pass`'s weight adjoints ``W[j - j0]`` (B,) for a round of one tree and one
+    cached step, from the rows' ``(g, h)`` ``terms`` (as :func:`_kept_margins`)."""
     B = GT.shape[1]
     for j in range(j0, j1):
         g, h = terms[j - j0, 0], terms[j - j0, 1]
