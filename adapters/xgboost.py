@@ -285,17 +285,14 @@ class XGBoostAdapter(BoosterAdapter):
         indptr = np.asarray(model["iteration_indptr"][: self.n_rounds + 1], dtype=np.int64)
         self._tree_round = np.repeat(np.arange(self.n_rounds), np.diff(indptr))
         flat = JsonTrees.read(trees)
-        is_leaf = flat.leaf_number >= 0
-        leaf_values = flat.condition[is_leaf]
-        cuts = np.cumsum(np.bincount(np.repeat(np.arange(n_trees), np.diff(flat.start))[is_leaf],
-                                     minlength=n_trees))[:-1]
+        leaf_values = flat.condition[flat.leaf_number >= 0]  # tree by tree, in leaf-number order
         roots = flat.start[:-1]
         hessian = np.fromiter((tree["sum_hessian"][0] for tree in trees), dtype=np.float64, count=n_trees)
         # A root-only tree storing 0 because its hessian sum is below min_child_weight: rate 0.
         zero = (flat.left[roots] < 0) & (flat.condition[roots] == 0) & (hessian < self.min_child_weight)
         rates = np.where(zero & (not self.objective.renewed), 0.0, self.eta)
         self._walker = NumericTrees.of(flat)
-        return flat.leaf_number, roots.copy(), np.split(leaf_values, cuts), rates
+        return flat.leaf_number, roots.copy(), np.split(leaf_values, np.cumsum(flat.n_leaves)[:-1]), rates
 
     # ----------------------------------------------------------------------------- data access
     def model_features(self) -> tuple[int, list[str] | None]:

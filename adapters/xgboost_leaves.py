@@ -88,7 +88,8 @@ class JsonTrees:
     threshold, a leaf's value, as written), ``default_left`` bool, ``leaf_number`` int64 (a live
     leaf's number within its tree, ``0 .. n_leaves - 1`` in node order; -1 elsewhere: a live node
     is reachable from its root, while nodes pruned by ``tree_method='exact'`` stay in the arrays);
-    ``start`` (n_trees + 1,) and ``depth`` (n_trees,: levels below the root to the deepest live node) int64;
+    ``start`` (n_trees + 1,), ``depth`` (n_trees,: levels below the root to the deepest live node) and
+    ``n_leaves`` (n_trees,: live leaves) int64;
     ``categorical``: whether any node splits on categories."""
 
     start: NDArray[np.int64]
@@ -99,6 +100,7 @@ class JsonTrees:
     default_left: NDArray[np.bool_]
     leaf_number: NDArray[np.int64]
     depth: NDArray[np.int64]
+    n_leaves: NDArray[np.int64]
     categorical: bool
 
     @classmethod
@@ -129,7 +131,8 @@ class JsonTrees:
                    feature=_flat(trees, "split_indices", np.int64, total),
                    condition=_flat(trees, "split_conditions", np.float64, total),
                    default_left=_flat(trees, "default_left", bool, total),
-                   leaf_number=leaf_number, depth=depth, categorical=categorical)
+                   leaf_number=leaf_number, depth=depth, n_leaves=np.diff(before[start]),
+                   categorical=categorical)
 
 
 @dataclass(frozen=True, eq=False)
