@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from influence_gbdt.engine import InfluenceEngine, TestPoints, reverse1
+from influence_gbdt.engine.core import _team_batches
 from influence_gbdt.engine.leafrows import leaf_rows
 from influence_gbdt.engine.team import CHUNK_ROWS
 from influence_gbdt.ensemble import TreeEnsemble
@@ -222,8 +223,9 @@ def test_a_batch_scores_each_point_as_its_own_sweep_for_any_thread_count(
     the batched layout of ``engine.reverse1``, weight adjoints summed after the sweep) get the
     scores each gets from a sweep of its own, on 1, 2, 3 or 4 threads (a point alone or the
     aggregate: one sweep whose rows the threads split, in 4 chunks for the larger ``n``), in
-    batches of 3 or all, with the derivative cache full, half or absent."""
-    spec = random_spec(3, n=n, **CONFIGS[name])
+    batches of 3 or all 11 (swept 16 wide: ``reverse1.padded``), with the derivative cache full,
+    half or absent."""
+    spec = random_spec(3, n=n, m=11, **CONFIGS[name])
     engine, test = InfluenceEngine(spec.ensemble()), TestPoints(spec.test_leaf, spec.offset_test, spec.y_test)
     e = engine.ensemble
     steps = engine.cached_steps[1]
@@ -248,6 +250,16 @@ def test_a_batch_scores_each_point_as_its_own_sweep_for_any_thread_count(
             with monkeypatch.context() as patch:  # no memory to keep the steps: weights summed in the sweep
                 patch.setattr(reverse1, "KEPT_BYTES", 0.0)
                 np.testing.assert_array_equal(eng.influence_reverse(test, chunk_size=m, **kw), alone)
+
+
+@given(st.integers(1, 400), st.integers(1, 100))
+def test_test_points_are_batched_in_order_as_few_as_the_limit_allows(m: int, per_batch: int) -> None:
+    """The batches of a team's sweeps: consecutive, every point once, none above ``per_batch``,
+    and no more of them than ``ceil(m / per_batch)`` (widths rounded to the sweep's padding)."""
+    batches = _team_batches(m, per_batch)
+    np.testing.assert_array_equal(np.concatenate(batches), np.arange(m))
+    assert max(b.size for b in batches) <= per_batch
+    assert len(batches) == -(-m // per_batch)
 
 
 @pytest.mark.parametrize("name", [name for name in CONFIGS if not {"renew", "joint"} & set(CONFIGS[name])])

@@ -78,6 +78,15 @@ class TestPoints:
     y: ArrayLike | None = None
 
 
+def _team_batches(m: int, per_batch: int) -> list[NDArray[np.int64]]:
+    """Test points ``0 .. m - 1`` in consecutive batches of at most ``per_batch``, as few as
+    possible, each as wide as a team's sweep runs it (:func:`.reverse1.padded`): 100 points in
+    56 + 44 (swept 56 + 48 wide), not 50 + 50 (56 + 56)."""
+    size = -(-m // -(-m // per_batch))
+    size = min(per_batch, reverse1.padded(size))
+    return [np.arange(i, min(m, i + size)) for i in range(0, m, size)]
+
+
 class InfluenceEngine:
     """Replays a :class:`TreeEnsemble` on its training data and scores training rows.
 
@@ -457,7 +466,7 @@ class InfluenceEngine:
             # defaults, 2 threads: 1.15-1.8x faster than concurrent one-thread sweeps for 4-100
             # points, as fast for 200). Sweeps without a team (other rules, or fewer chunks of rows
             # than threads) run side by side instead, below.
-            chunks = [c for c in np.array_split(np.arange(m), -(-m // per_batch)) if c.size]
+            chunks = _team_batches(m, per_batch)
             threads, concurrent = self.n_threads, 1
         else:  # equal batches, at least one per thread: 100 points on two threads sweep 50 + 50, not 64 + 36
             n_batches = max(-(-m // per_batch), min(self.n_threads, m))
@@ -569,17 +578,20 @@ class InfluenceEngine:
         too), while ``concurrent`` such sweeps run at once."""
         e = self.ensemble
         st = self._state
+        B = c_leaf.shape[0]
         if reverse1.applies(st):
-            w_bar, a0_bar, big_w_bar = reverse1.reverse(st, self._margin, c_leaf, team, concurrent)
+            w_rows, a0_bar, big_w_bar = reverse1.reverse(st, self._margin, c_leaf, team, concurrent)
         else:
             w_bar, a0_bar, big_w_bar = passes.reverse(st.lay, st.trees, st.rows, st.loss, st.sums, st.cache,
                                                       st.joint, st.renewed, self._margin,
                                                       np.ascontiguousarray(c_leaf))
-        scores_into(out, col0, rows, w_bar, big_w_bar, a0_bar + coef_sum, d_base, e.weight_factor, team)
+            w_rows = np.ascontiguousarray(w_bar.T)
+        scores_into(out, col0, rows, w_rows, big_w_bar, a0_bar + coef_sum, d_base, e.weight_factor, team)
         if self._dfac is not None:
-            gamma = np.stack([np.bincount(e.weight_group, e.user_weight * wb, e.n_groups) for wb in w_bar])
+            gamma = np.stack([np.bincount(e.weight_group, e.user_weight * wb, e.n_groups)
+                              for wb in w_rows[:, :B].T])
             groups = products(gamma + big_w_bar[:, None] * self._group_v[None, :], self._dfac)
-            out[:, col0 : col0 + w_bar.shape[0]] += groups[:, rows].T
+            out[:, col0 : col0 + B] += groups[:, rows].T
 
     def _leaf_coefficients(
         self, leaves: NDArray[np.int64], coef: NDArray[np.float64], aggregate: bool

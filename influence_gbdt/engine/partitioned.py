@@ -239,8 +239,8 @@ def sweep_scores(state: State, part: Partition, a0_bar: NDArray[np.float64],
     e = part.ensemble
     d_base = part.engine._dbase_every_row(refit_base)
     out = np.empty((w_bar.shape[1], w_bar.shape[0]))
-    scores_into(out, 0, np.arange(w_bar.shape[1]), w_bar, big_w_bar, a0_bar + coef_sum, d_base,
-                e.weight_factor, part.engine.n_threads)
+    scores_into(out, 0, np.arange(w_bar.shape[1]), np.ascontiguousarray(w_bar.T), big_w_bar,
+                a0_bar + coef_sum, d_base, e.weight_factor, part.engine.n_threads)
     return out
 
 

@@ -9,8 +9,9 @@ order (for up to 4,096 rows, the general sweep's order exactly). So the scores d
 number of threads or on which test points share a batch, bit for bit. What differs is the layout
 and the passes over the rows:
 
-- the rows' margin adjoints are ``(n, B)``: a row's leaf index and loss derivatives are read once
-  per step for the whole batch, and the batch's arithmetic runs over contiguous memory;
+- the rows' margin and weight adjoints are ``(n, B)``: a row's leaf index and loss derivatives
+  are read once per step for the whole batch, and the batch's arithmetic runs over contiguous
+  memory (each row's starting on a cache line: see :data:`LINE`);
 - a round's row update and the next round's leaf gather are one pass over the rows, split over
   the team by chunks; one thread does each round's leaf level between two barriers;
 - for more than two objectives the weight adjoints are summed after the sweep (where memory
@@ -51,7 +52,7 @@ class Work(NamedTuple):
 
     A: NDArray[np.float64]  # (n, 1) margins entering the current round (when a step is not cached)
     aT: NDArray[np.float64]  # (n, B) each row's margin adjoints
-    w_bar: NDArray[np.float64]  # (B, n) each row's weight adjoints: the result
+    w_rows: NDArray[np.float64]  # (n, B) each row's weight adjoints: the result
     a0_bar: NDArray[np.float64]  # (B, 1) the initial margin's adjoint, summed over rows: the result
     big_w_bar: NDArray[np.float64]  # (B,) the l2 term's share: the result
     PT: NDArray[np.float64]  # (chunks, most leaves of a round, B) each chunk's leaf sums
@@ -64,6 +65,26 @@ class Work(NamedTuple):
 
 #: Rows per block of the deferred weight pass (its (block, B) sums stay in the L1/L2 cache).
 BLOCK_ROWS = 1024
+
+#: Bytes of a cache line: every (rows, B) array of the sweep starts on one, and a batch of 8 or
+#: more objectives is padded to a multiple of its 8 doubles, so that each row of B adjoints does
+#: too (a vector of 8 doubles that straddles two lines costs two loads or stores: measured on
+#: Adult's LightGBM default, the sweep of 50 test points on one thread 0.077 -> 0.060 s).
+LINE = 64
+
+
+def padded(B: int) -> int:
+    """The sweep's width for a batch of ``B`` objectives: ``B`` up to a multiple of 8 from 8
+    objectives on (the padding's objectives are zero throughout and dropped)."""
+    return B if B < 8 else -(-B // 8) * 8
+
+
+def _lined(shape: tuple[int, ...], zero: bool = True) -> NDArray[np.float64]:
+    """An array of ``shape``, C-ordered, starting on a cache line; zeros if ``zero``."""
+    size = int(np.prod(shape))
+    buf = (np.zeros if zero else np.empty)(size + LINE // 8)
+    off = (-buf.ctypes.data % LINE) // 8
+    return buf[off : off + size].reshape(shape)
 
 
 @_internal
@@ -219,34 +240,64 @@ def _logloss_batch(
 ) -> None:
     """:func:`_row_pass` for a log-loss round of one tree (leaves ``leaf_t``; its step-leaf slots
     are rows ``k0 ..`` of ``GT``, ``DT``) and one Newton step whose points (p, 1 - p) the cache
-    keeps (``kept`` (n, 2)): the margin adjoints ``aT[j]`` (B,), gathered into the leaves of trees
-    ``g0 .. g1 - 1`` (round ``r - 1``) if ``gather``, and the weight adjoints ``W[j - j0]`` (B,),
-    the same operations in the same order, in loops with no branch or call per row (LightGBM's and
-    XGBoost's binary defaults where every step is cached). Measured on Adult's LightGBM default,
-    100 test points on two threads: 0.163-0.175 -> 0.118-0.120 s. Kept to log loss with Newton
-    steps: variants for every loss (a call in the loop, or the derivatives computed in a loop of
-    their own first) ran 0.127-0.134 s and compiled ~2 s longer where the wheel's kernels cannot be
-    used (the first use of a binary model there, ~24 s; see docs/performance.md)."""
-    B = GT.shape[1]
+    keeps (``kept`` (n, 2)): the margin adjoints ``aT[j]`` (B,) (:func:`_logloss_margins`) and the
+    weight adjoints ``W[j - j0]`` (B,), the same sums in the same order, in loops with no branch or
+    call per row (LightGBM's and XGBoost's binary defaults where every step is cached). Measured
+    on Adult's LightGBM default, 100 test points on two threads: 0.163-0.175 -> 0.118-0.120 s. Kept
+    to log loss with Newton steps: variants for every loss (a call in the loop, or the derivatives
+    computed in a loop of their own first) ran 0.127-0.134 s and compiled ~2 s longer where the
+    wheel's kernels cannot be used (the first use of a binary model there, ~24 s; see
+    docs/performance.md).
+
+    The general loop's ``0.0 +`` (which turn a -0.0 into 0.0) are left out here: a row's adjoint
+    sums start at +0.0 and, rounding to nearest, a sum is -0.0 only when both its terms are, so
+    they never are, and adding -0.0 or +0.0 to them gives the same value."""
     if with_margins:
-        for j in range(j0, j1):
-            _, _, wdg, wdh = step_logloss(p4, y[j, 0], w[j], kept[j, 0], kept[j, 1])
-            k = k0 + leaf_t[j]
-            for b in range(B):
-                aT[j, b] += (0.0 + GT[k, b]) * wdg + (0.0 + DT[k, b]) * wdh
-            if gather:
-                c = j // CHUNK_ROWS
-                for t in range(g0, g1):
-                    gl = leaf_off[t] - leaf_off[g0] + leaf[t, j]
-                    for b in range(B):
-                        PT[c, gl, b] += aT[j, b]
+        _logloss_margins(p4, y, w, kept, leaf_t, k0, GT, DT, aT, j0, j1, leaf, leaf_off, g0, g1, PT, gather)
     if with_weights:
         for j in range(j0, j1):
             g, h, _, _ = step_logloss(p4, y[j, 0], w[j], kept[j, 0], kept[j, 1])
             k = k0 + leaf_t[j]
             jj = j - j0
+            for b in range(GT.shape[1]):
+                W[jj, b] += GT[k, b] * g + DT[k, b] * h
+
+
+@_internal
+def _logloss_margins(
+    p4: Params4, y: NDArray[np.float64], w: NDArray[np.float64], kept: NDArray[np.float64],
+    leaf_t: NDArray[np.int32], k0: int, GT: NDArray[np.float64], DT: NDArray[np.float64],
+    aT: NDArray[np.float64], j0: int, j1: int, leaf: NDArray[np.int32], leaf_off: NDArray[np.int64], g0: int,
+    g1: int, PT: NDArray[np.float64], gather: bool,
+) -> None:
+    """:func:`_logloss_batch`'s margin adjoints ``aT[j]`` (B,), gathered into the leaves of trees
+    ``g0 .. g1 - 1`` (round ``r - 1``) if ``gather``: where that round is one tree, in the same
+    loop over the batch as the update (measured on Adult's LightGBM default, 50 test points on one
+    thread: the margins' pass 0.068 -> 0.053 s)."""
+    B = GT.shape[1]
+    if gather and g1 == g0 + 1:
+        nxt = leaf[g0]
+        for j in range(j0, j1):
+            _, _, wdg, wdh = step_logloss(p4, y[j, 0], w[j], kept[j, 0], kept[j, 1])
+            k = k0 + leaf_t[j]
+            c = j // CHUNK_ROWS
+            gl = nxt[j]
             for b in range(B):
-                W[jj, b] += 0.0 + (GT[k, b] * g + DT[k, b] * h)
+                a = aT[j, b] + (GT[k, b] * wdg + DT[k, b] * wdh)
+                aT[j, b] = a
+                PT[c, gl, b] += a
+        return
+    for j in range(j0, j1):
+        _, _, wdg, wdh = step_logloss(p4, y[j, 0], w[j], kept[j, 0], kept[j, 1])
+        k = k0 + leaf_t[j]
+        for b in range(B):
+            aT[j, b] += GT[k, b] * wdg + DT[k, b] * wdh
+        if gather:
+            c = j // CHUNK_ROWS
+            for t in range(g0, g1):
+                gl = leaf_off[t] - leaf_off[g0] + leaf[t, j]
+                for b in range(B):
+                    PT[c, gl, b] += aT[j, b]
 
 
 @_internal
@@ -376,35 +427,64 @@ def _weights_after(
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, every: bool,
     A_final: NDArray[np.float64], j_start: int, j_end: int, work: Work,
 ) -> None:
-    """The weight adjoints ``work.w_bar[:, j_start:j_end]`` from every step's leaf-sum adjoints
-    ``work.GT``, ``work.DT`` (n_slots, B), block of rows by block of rows, rounds last to first
-    (the sweep's order)."""
-    w_bar = work.w_bar
-    B = w_bar.shape[0]
-    W = np.empty((BLOCK_ROWS, B))
+    """The weight adjoints ``work.w_rows[j_start:j_end]`` (zeros on entry) from every step's
+    leaf-sum adjoints ``work.GT``, ``work.DT`` (n_slots, B), block of rows by block of rows,
+    rounds last to first (the sweep's order); four rounds at a time where each is one log-loss
+    tree taking one cached Newton step (:func:`_logloss_weights4`)."""
     A = np.empty((BLOCK_ROWS, 1))
+    R = lay.round_ptr.shape[0] - 1
+    # Each round's one tree, or -1 where the round is not such a step; its step's cache slot.
+    tree, slot = np.full(R, -1), np.zeros(R, dtype=np.int64)
+    for r in range(R):
+        t0 = lay.round_ptr[r]
+        if (every and loss.code == LOGLOSS and lay.round_ptr[r + 1] == t0 + 1 and trees.n_steps[t0] == 1
+                and trees.newton[t0]):
+            tree[r], slot[r] = t0, cache.der_slot[lay.step_ptr[t0]]
+    p4 = params4(loss.prm)
     for j0 in range(j_start, j_end, BLOCK_ROWS):
         j1 = min(j_end, j0 + BLOCK_ROWS)
-        W[:] = 0.0
+        W = work.w_rows[j0:j1]
         if not every:
             A[: j1 - j0] = A_final[j0:j1]
-        for r in range(lay.round_ptr.shape[0] - 2, -1, -1):
-            _row_pass(lay, trees, rows, loss, sums, cache, r, every, A, j0, j1, work.GT, work.DT, 0, work.aT,
-                      False, W, True, work.PT, False)
-        for b in range(B):
-            for jj in range(j1 - j0):
-                w_bar[b, j0 + jj] = W[jj, b]
+        r = R - 1
+        while r >= 0:
+            if r >= 3 and min(tree[r], tree[r - 1], tree[r - 2], tree[r - 3]) >= 0:
+                _logloss_weights4(p4, rows.y, rows.w, cache.DER, lay, tree[r - 3 : r + 1],
+                                  slot[r - 3 : r + 1], work.GT, work.DT, W, j0, j1)
+                r -= 4
+            else:
+                _row_pass(lay, trees, rows, loss, sums, cache, r, every, A, j0, j1, work.GT, work.DT, 0,
+                          work.aT, False, W, True, work.PT, False)
+                r -= 1
 
 
 @_internal
-def _store_weights(W: NDArray[np.float64], j0: int, w_bar: NDArray[np.float64]) -> None:
-    """``w_bar[:, j0 + jj] = W[jj]`` (rows of ``W`` (rows, B) into columns of ``w_bar`` (B, n)),
-    :data:`BLOCK_ROWS` rows at a time."""
-    for r0 in range(0, W.shape[0], BLOCK_ROWS):
-        r1 = min(W.shape[0], r0 + BLOCK_ROWS)
-        for b in range(W.shape[1]):
-            for jj in range(r0, r1):
-                w_bar[b, j0 + jj] = W[jj, b]
+def _logloss_weights4(
+    p4: Params4, y: NDArray[np.float64], w: NDArray[np.float64], DER: NDArray[np.float64], lay: Layout,
+    tree: NDArray[np.int64], slot: NDArray[np.int64], GT: NDArray[np.float64], DT: NDArray[np.float64],
+    W: NDArray[np.float64], j0: int, j1: int,
+) -> None:
+    """:func:`_logloss_batch`'s weight adjoints ``W[j - j0]`` (B,) of rows ``j0 .. j1 - 1`` for
+    four consecutive rounds, each one log-loss tree ``tree[i]`` taking one Newton step whose
+    points the cache keeps (``DER[slot[i]]`` (n, 2)), latest round (``i = 3``) first: the same
+    additions in the same order as four calls, but a row's ``W`` read and written once instead of
+    four times (measured on Adult's LightGBM default, 50 test points on one thread: the weight pass
+    0.037 -> 0.026 s; eight rounds at a time ran slower)."""
+    B = GT.shape[1]
+    p3, p2, p1, p0 = DER[slot[3]], DER[slot[2]], DER[slot[1]], DER[slot[0]]
+    l3, l2, l1, l0 = lay.leaf[tree[3]], lay.leaf[tree[2]], lay.leaf[tree[1]], lay.leaf[tree[0]]
+    f3, f2, f1, f0 = (lay.sl_off[lay.step_ptr[tree[3]]], lay.sl_off[lay.step_ptr[tree[2]]],
+                      lay.sl_off[lay.step_ptr[tree[1]]], lay.sl_off[lay.step_ptr[tree[0]]])
+    for j in range(j0, j1):
+        ga, ha, _, _ = step_logloss(p4, y[j, 0], w[j], p3[j, 0], p3[j, 1])
+        gb, hb, _, _ = step_logloss(p4, y[j, 0], w[j], p2[j, 0], p2[j, 1])
+        gc, hc, _, _ = step_logloss(p4, y[j, 0], w[j], p1[j, 0], p1[j, 1])
+        gd, hd, _, _ = step_logloss(p4, y[j, 0], w[j], p0[j, 0], p0[j, 1])
+        ka, kb, kc, kd = f3 + l3[j], f2 + l2[j], f1 + l1[j], f0 + l0[j]
+        jj = j - j0
+        for b in range(B):
+            W[jj, b] = ((((W[jj, b] + (GT[ka, b] * ga + DT[ka, b] * ha)) + (GT[kb, b] * gb + DT[kb, b] * hb))
+                         + (GT[kc, b] * gc + DT[kc, b] * hc)) + (GT[kd, b] * gd + DT[kd, b] * hd))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -415,17 +495,17 @@ def sweep(
 ) -> None:
     """Thread ``tid``'s part of the sweep of a team of ``n_team`` (see :mod:`.team`): the rows of
     its chunks; thread 0 also the leaf level of every round and ``work.a0_bar``. Fills
-    ``work.w_bar``, ``work.a0_bar``, ``work.big_w_bar`` (see :func:`reverse`); the weight
+    ``work.w_rows``, ``work.a0_bar``, ``work.big_w_bar`` (see :func:`reverse`); the weight
     adjoints after the sweep if ``defer``, else in it."""
-    B, n = work.w_bar.shape
+    n, B = work.w_rows.shape
     R = lay.round_ptr.shape[0] - 1
     every = every_step_cached(lay, trees, cache)
     j0, j1 = own_rows(n, tid, n_team)
     aT, PT = work.aT, work.PT
+    aT[j0:j1] = 0.0  # (each thread its own rows: not one thread for all)
+    work.w_rows[j0:j1] = 0.0
     A = work.A[j0:j1]
-    # The weight adjoints summed in the sweep: this thread's rows, each row's B contiguous (a view
-    # of w_bar (B, n) would put the B entries of a row n apart: measured 5x slower at B = 100).
-    W = np.zeros((0 if defer else j1 - j0, B))
+    W = work.w_rows[j0:j1]  # this thread's rows' weight adjoints (summed here unless deferred)
     if R > 0 and tid == 0:  # (the general sweep adds zero margin adjoints here: its -0.0 become 0.0)
         _start_round(lay, R - 1, c_leaf, PT)
     for r in range(R - 1, -1, -1):
@@ -447,8 +527,6 @@ def sweep(
                 work.a0_bar[b, 0] += aT[j, b]
     if defer:
         _weights_after(lay, trees, rows, loss, sums, cache, every, A_final, j0, j1, work)
-    else:
-        _store_weights(W, j0, work.w_bar)
 
 
 def applies(st: State) -> bool:
@@ -462,21 +540,24 @@ def reverse(
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
     """:func:`.passes.reverse` of a model :func:`applies` to (same results), by a team of up to
     ``threads`` threads (one per chunk of rows at most), while ``concurrent`` such sweeps run at
-    once: ``c_leaf`` (B, n_total) from the test side; returns ``w_bar`` (B, n), ``a0_bar`` (B, 1),
-    ``big_w_bar`` (B,). The weight adjoints are summed after the sweep for more than two objectives
-    when every step's leaf-sum adjoints of the ``concurrent`` sweeps fit in :data:`KEPT_BYTES`,
-    else in it (the same sums in the same order)."""
-    B = c_leaf.shape[0]
-    n = A_final.shape[0]
+    once: ``c_leaf`` (B, n_total) from the test side; returns the weight adjoints ``w_rows``
+    (n, Bp) (objective ``b`` in column ``b``; ``Bp = padded(B)``, the last ``Bp - B`` columns
+    padding), ``a0_bar`` (B, 1), ``big_w_bar`` (B,). The weight adjoints are summed after the
+    sweep for more than two objectives when every step's leaf-sum adjoints of the ``concurrent``
+    sweeps fit in :data:`KEPT_BYTES`, else in it (the same sums in the same order)."""
+    B, n = c_leaf.shape[0], A_final.shape[0]
     lay = st.lay
     most_leaves, most_slots = largest_round(lay)
     n_slots = int(lay.sl_off[-1])
-    defer = B > 2 and n_slots * B * 16.0 * concurrent <= KEPT_BYTES
+    Bp = padded(B)
+    defer = B > 2 and n_slots * Bp * 16.0 * concurrent <= KEPT_BYTES
     kept = n_slots if defer else most_slots
-    work = Work(A=A_final.copy(), aT=np.zeros((n, B)), w_bar=np.zeros((B, n)), a0_bar=np.zeros((B, 1)),
-                big_w_bar=np.zeros(B), PT=np.zeros((n_chunks(n), most_leaves, B)), GT=np.empty((kept, B)),
-                DT=np.empty((kept, B)), u_bar=np.empty((B, most_leaves)), g_bar=np.empty((B, most_slots)),
-                d_bar=np.empty((B, most_slots)))
+    c = _lined((Bp, c_leaf.shape[1]))
+    c[:B] = c_leaf
+    work = Work(A=A_final.copy(), aT=_lined((n, Bp), False), w_rows=_lined((n, Bp), False),
+                a0_bar=np.zeros((Bp, 1)), big_w_bar=np.zeros(Bp), PT=_lined((n_chunks(n), most_leaves, Bp)),
+                GT=_lined((kept, Bp), False), DT=_lined((kept, Bp), False), u_bar=np.empty((Bp, most_leaves)),
+                g_bar=np.empty((Bp, most_slots)), d_bar=np.empty((Bp, most_slots)))
     team.run(sweep, max(1, min(int(threads), n_chunks(n))), st.lay, st.trees, st.rows, st.loss, st.sums,
-             st.cache, A_final, np.ascontiguousarray(c_leaf), work, defer)
-    return work.w_bar, work.a0_bar, work.big_w_bar
+             st.cache, A_final, c, work, defer)
+    return work.w_rows, work.a0_bar[:B], work.big_w_bar[:B]
