@@ -539,7 +539,10 @@ class BoostingInfluence:
         if self.method != "leaf_influence" or self.influence_unit == "weight":
             return scores
         w = engine.row_weights(rows)
-        return scores * (w[:, None] if scores.ndim == 2 else w)
+        w = w[:, None] if scores.ndim == 2 else w
+        if isinstance(scores, np.ndarray):  # the engine's new array: scaled where it lies
+            return np.multiply(scores, w, out=scores)
+        return scores * w
 
     def _check_settings(self) -> None:
         check_choice("method", self.method, _METHODS)
