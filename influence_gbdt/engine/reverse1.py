@@ -167,9 +167,9 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
     p4 = params4(prm)  # a call per row given an array would count references to it
     g0, g1 = (lay.round_ptr[r - 1], t0) if gather else (t0, t0)
     grl0 = leaf_off[g0]
-    if every and single and S == 1 and newton[0] and code == LOGLOSS:  # see _logloss_batch
+    if every and single and S == 1 and newton[0] and code == LOGLOSS and g1 - g0 <= 1:  # see _logloss_batch
         _logloss_batch(p4, y, w, DER[qs[0]], leaf[t0], first[0, 0] - base, GT, DT, aT, with_margins, W,
-                       with_weights, j0, j1, leaf, leaf_off, g0, g1, PT, gather)
+                       with_weights, j0, j1, leaf[g0], PT)
         return
     for j in range(j0, j1):
         jj = j - j0
@@ -235,8 +235,7 @@ def _logloss_batch(
     p4: Params4, y: NDArray[np.float64], w: NDArray[np.float64], kept: NDArray[np.float64],
     leaf_t: NDArray[np.int32], k0: int, GT: NDArray[np.float64], DT: NDArray[np.float64],
     aT: NDArray[np.float64], with_margins: bool, W: NDArray[np.float64], with_weights: bool, j0: int, j1: int,
-    leaf: NDArray[np.int32], leaf_off: NDArray[np.int64], g0: int, g1: int, PT: NDArray[np.float64],
-    gather: bool,
+    leaf_next: NDArray[np.int32], PT: NDArray[np.float64],
 ) -> None:
     """:func:`_row_pass` for a log-loss round of one tree (leaves ``leaf_t``; its step-leaf slots
     are rows ``k0 ..`` of ``GT``, ``DT``) and one Newton step whose points (p, 1 - p) the cache
@@ -253,7 +252,7 @@ def _logloss_batch(
     sums start at +0.0 and, rounding to nearest, a sum is -0.0 only when both its terms are, so
     they never are, and adding -0.0 or +0.0 to them gives the same value."""
     if with_margins:
-        _logloss_margins(p4, y, w, kept, leaf_t, k0, GT, DT, aT, j0, j1, leaf, leaf_off, g0, g1, PT, gather)
+        _logloss_margins(p4, y, w, kept, leaf_t, k0, GT, DT, aT, j0, j1, leaf_next, PT)
     if with_weights:
         for j in range(j0, j1):
             g, h, _, _ = step_logloss(p4, y[j, 0], w[j], kept[j, 0], kept[j, 1])
@@ -267,37 +266,23 @@ def _logloss_batch(
 def _logloss_margins(
     p4: Params4, y: NDArray[np.float64], w: NDArray[np.float64], kept: NDArray[np.float64],
     leaf_t: NDArray[np.int32], k0: int, GT: NDArray[np.float64], DT: NDArray[np.float64],
-    aT: NDArray[np.float64], j0: int, j1: int, leaf: NDArray[np.int32], leaf_off: NDArray[np.int64], g0: int,
-    g1: int, PT: NDArray[np.float64], gather: bool,
+    aT: NDArray[np.float64], j0: int, j1: int, leaf_next: NDArray[np.int32], PT: NDArray[np.float64],
 ) -> None:
-    """:func:`_logloss_batch`'s margin adjoints ``aT[j]`` (B,), gathered into the leaves of trees
-    ``g0 .. g1 - 1`` (round ``r - 1``) if ``gather``: where that round is one tree, in the same
-    loop over the batch as the update (measured on Adult's LightGBM default, 50 test points on one
-    thread: the margins' pass 0.068 -> 0.053 s)."""
+    """:func:`_logloss_batch`'s margin adjoints ``aT[j]`` (B,), each gathered in the same loop
+    over the batch into the sums ``PT`` of its leaf ``leaf_next[j]`` in round ``r - 1``'s one tree
+    (measured on Adult's LightGBM default, 50 test points on one thread: the margins' pass 0.068 ->
+    0.053 s against an update loop and a gather loop). Round 0 gathers into its own tree's leaves
+    sums that nothing reads: one loop instead of two to compile (``benchmarks/coldstart.py``)."""
     B = GT.shape[1]
-    if gather and g1 == g0 + 1:
-        nxt = leaf[g0]
-        for j in range(j0, j1):
-            _, _, wdg, wdh = step_logloss(p4, y[j, 0], w[j], kept[j, 0], kept[j, 1])
-            k = k0 + leaf_t[j]
-            c = j // CHUNK_ROWS
-            gl = nxt[j]
-            for b in range(B):
-                a = aT[j, b] + (GT[k, b] * wdg + DT[k, b] * wdh)
-                aT[j, b] = a
-                PT[c, gl, b] += a
-        return
     for j in range(j0, j1):
         _, _, wdg, wdh = step_logloss(p4, y[j, 0], w[j], kept[j, 0], kept[j, 1])
         k = k0 + leaf_t[j]
+        c = j // CHUNK_ROWS
+        gl = leaf_next[j]
         for b in range(B):
-            aT[j, b] += GT[k, b] * wdg + DT[k, b] * wdh
-        if gather:
-            c = j // CHUNK_ROWS
-            for t in range(g0, g1):
-                gl = leaf_off[t] - leaf_off[g0] + leaf[t, j]
-                for b in range(B):
-                    PT[c, gl, b] += aT[j, b]
+            a = aT[j, b] + (GT[k, b] * wdg + DT[k, b] * wdh)
+            aT[j, b] = a
+            PT[c, gl, b] += a
 
 
 @_internal

@@ -39,11 +39,6 @@ def _scores_into(
     for i in range(tid * m // n_team, (tid + 1) * m // n_team):
         j = rows[i]
         wf = weight_factor[j]
-        if K == 1:  # (a loop over the objectives with no inner loop: vectorized)
-            d0 = d_base[j, 0]
-            for b in range(B):
-                out[i, col0 + b] = wf * (w_rows[j, b] + big_w_bar[b]) + base_bar[b, 0] * d0
-            continue
         for b in range(B):
             p = base_bar[b, 0] * d_base[j, 0]
             for k in range(1, K):
