@@ -260,6 +260,10 @@ def test_test_points_are_batched_in_order_as_few_as_the_limit_allows(m: int, per
     np.testing.assert_array_equal(np.concatenate(batches), np.arange(m))
     assert max(b.size for b in batches) <= per_batch
     assert len(batches) == -(-m // per_batch)
+    # the memory limit holds for the padded width too (the engine's batches are widest() at most)
+    most = reverse1.widest(per_batch)
+    assert 1 <= most <= per_batch
+    assert max(reverse1.padded(b.size) for b in _team_batches(m, most)) <= per_batch
 
 
 @pytest.mark.parametrize("name", [name for name in CONFIGS if not {"renew", "joint"} & set(CONFIGS[name])])

@@ -458,6 +458,8 @@ class InfluenceEngine:
         m = leaves.shape[1]
         fits = int(REVERSE_BATCH_BYTES / (8.0 * e.n_rows * (e.n_outputs + 1)))
         per_batch = max(1, min(int(chunk_size), fits))
+        if reverse1.applies(self._state):  # swept padded: the padded width within the limit too
+            per_batch = reverse1.widest(per_batch)
         out = np.empty((idx.size, m))
         whole_team = reverse1.applies(self._state) and team.n_chunks(e.n_rows) >= self.n_threads
         if whole_team or (m <= per_batch and m < 2 * self.n_threads):

@@ -79,6 +79,12 @@ def padded(B: int) -> int:
     return B if B < 8 else -(-B // 8) * 8
 
 
+def widest(most: int) -> int:
+    """The most objectives a batch may hold when its padded width (:func:`padded`) may be at
+    most ``most``."""
+    return most if most < 8 else most // 8 * 8
+
+
 def _lined(shape: tuple[int, ...], zero: bool = True) -> NDArray[np.float64]:
     """An array of ``shape``, C-ordered, starting on a cache line; zeros if ``zero``."""
     size = int(np.prod(shape))
