@@ -358,7 +358,8 @@ class InfluenceEngine:
         point, or one in all when aggregated; see :meth:`influence_reverse`) or, when fewer training
         rows than test points are asked for, by exact forward mode (one sweep per row); see
         :meth:`uses_reverse`. Other update sets use forward mode. Parameters and return as
-        :meth:`leaf_refit`.
+        :meth:`leaf_refit`; the result is a new array, the caller's to change (``BoostingInfluence``
+        scales it in place).
         """
         n_test = np.asarray(test.leaf_index).shape[1]
         if self.uses_reverse(update_set, self.resolve_rows(rows).size, n_test, aggregate):
