@@ -173,7 +173,7 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
     p4 = params4(prm)  # a call per row given an array would count references to it
     g0, g1 = (lay.round_ptr[r - 1], t0) if gather else (t0, t0)
     grl0 = leaf_off[g0]
-    if every and single and S == 1 and newton[0] and code == LOGLOSS and g1 - g0 <= 1:  # see _logloss_batch
+    if every and _logloss_round(lay, trees, loss, r) and g1 - g0 <= 1:  # see _logloss_batch
         _logloss_batch(p4, y, w, DER[qs[0]], leaf[t0], first[0, 0] - base, GT, DT, aT, with_margins, W,
                        with_weights, j0, j1, leaf[g0], PT)
         return
@@ -234,6 +234,15 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
             gl = leaf_off[t] - grl0 + leaf[t, j]
             for b in range(B):
                 PT[c, gl, b] += aT[j, b]
+
+
+@per_row  # inlined where called: no kernel of its own to compile (benchmarks/coldstart.py)
+def _logloss_round(lay: Layout, trees: Trees, loss: LossSpec, r: int) -> bool:
+    """Whether round ``r`` is one log-loss tree taking one Newton step: the rounds
+    :func:`_logloss_batch` and :func:`_logloss_weights4` sweep (where its points are cached)."""
+    t0 = lay.round_ptr[r]
+    return (loss.code == LOGLOSS and lay.round_ptr[r + 1] == t0 + 1 and trees.n_steps[t0] == 1
+            and trees.newton[t0])
 
 
 @_internal
@@ -428,8 +437,7 @@ def _weights_after(
     tree, slot = np.full(R, -1), np.zeros(R, dtype=np.int64)
     for r in range(R):
         t0 = lay.round_ptr[r]
-        if (every and loss.code == LOGLOSS and lay.round_ptr[r + 1] == t0 + 1 and trees.n_steps[t0] == 1
-                and trees.newton[t0]):
+        if every and _logloss_round(lay, trees, loss, r):
             tree[r], slot[r] = t0, cache.der_slot[lay.step_ptr[t0]]
     p4 = params4(loss.prm)
     for j0 in range(j_start, j_end, BLOCK_ROWS):
