@@ -329,10 +329,17 @@ def _as_2d(margin: Any) -> NDArray[np.float64]:
 @_inlined
 def sigmoid_pair(x: float) -> tuple[float, float]:
     """``(sigmoid(x), 1 - sigmoid(x))`` without cancellation."""
+    z0, z1, _ = sigmoid_pair_exp(x)
+    return z0, z1
+
+
+@_inlined
+def sigmoid_pair_exp(x: float) -> tuple[float, float, float]:
+    """:func:`sigmoid_pair` and the exponential it takes, ``exp(-|x|)``."""
     e = math.exp(-abs(x))
     big = 1.0 / (1.0 + e)
     small = e / (1.0 + e)
-    return (big, small) if x >= 0.0 else (small, big)
+    return (big, small, e) if x >= 0.0 else (small, big, e)
 
 
 @_internal
@@ -383,6 +390,27 @@ def point1(code: int, prm: Params4, m: float) -> tuple[float, float]:
     if code == POISSON:
         return math.exp(m), 0.0
     return m, 0.0
+
+
+@_inlined
+def point1_exp(code: int, prm: Params4, m: float) -> tuple[float, float, float]:
+    """:func:`point1` at margin ``m`` and ``exp(m)``, the exponential computed once where
+    :func:`point1` takes the same one: log loss at scale 1 where ``m < 0`` (its ``exp(-|m|)``),
+    Poisson (its point). Bit for bit what the two computed apart give (``1.0 * m`` is ``m``)."""
+    if code == LOGLOSS and prm[1] == 1.0:
+        z0, z1, e = sigmoid_pair_exp(m)
+        return z0, z1, e if m < 0.0 else math.exp(m)
+    z0, z1 = point1(code, prm, m)
+    return z0, z1, z0 if code == POISSON else math.exp(m)
+
+
+@_inlined
+def derivs1_exp(code: int, prm: Params4, y: float, m: float) -> tuple[float, float, float, float, float]:
+    """:func:`derivs1` at margin ``m`` and ``exp(m)``, the exponential shared as
+    :func:`point1_exp` shares it."""
+    z0, z1, em = point1_exp(code, prm, m)
+    g, h, dg, dh = _scalar(code, prm, y, z0, z1)
+    return g, h, dg, dh, em
 
 
 @_internal

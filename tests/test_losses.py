@@ -11,6 +11,8 @@ O(1e-16 / 1e-5 = 1e-11), so 1e-6 relative leaves a wide margin while catching an
 
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
 import pytest
@@ -174,3 +176,39 @@ def test_log_loss_is_stable_at_extreme_margins(x: float, label: float) -> None:
     # carries p's own rounding, up to an ulp of p absolute (x=-1e-5, y=0.5: both sides are 2e-17
     # from the true -2.49999999997917e-06, 1.5e-11 apart relative), so the bound is that ulp.
     assert g[0, 0] == pytest.approx(p - label, rel=1e-12, abs=2 * np.spacing(max(abs(p), abs(label))))
+
+
+@numba.njit
+def _points_apart_and_shared(code, prm, m):
+    """Each margin's point and ``exp`` computed apart (``point1``, ``math.exp``) and shared
+    (``point1_exp``), and the derivatives likewise (``derivs1``, ``derivs1_exp``), as the engine's
+    kernels call them."""
+    n = m.shape[0]
+    apart, shared = np.empty((n, 7)), np.empty((n, 7))
+    for j in range(n):
+        z0, z1 = L.point1(code, prm, m[j])
+        g, h, dg, dh = L.derivs1(code, prm, 1.0, m[j])
+        apart[j, 0], apart[j, 1], apart[j, 2] = z0, z1, math.exp(m[j])
+        apart[j, 3], apart[j, 4], apart[j, 5], apart[j, 6] = g, h, dg, dh
+        shared[j, 0], shared[j, 1], shared[j, 2] = L.point1_exp(code, prm, m[j])
+        g, h, dg, dh, e = L.derivs1_exp(code, prm, 1.0, m[j])
+        shared[j, 3], shared[j, 4], shared[j, 5], shared[j, 6] = g, h, dg, dh
+        if e != shared[j, 2]:
+            shared[j, 2] = np.nan
+    return apart, shared
+
+
+@settings(max_examples=60, deadline=None)
+@given(margins=st.lists(st.floats(-750.0, 750.0), min_size=1, max_size=40),
+       code=st.sampled_from([L.LOGLOSS, L.POISSON, L.SQUARED_ERROR]), scale=st.sampled_from([1.0, 2.5]))
+@example(margins=[0.0, -0.0, -1e-300, 1e-300, -745.2, 709.0], code=L.LOGLOSS, scale=1.0)
+def test_shared_exponential_is_bit_for_bit_the_exponential_apart(
+        margins: list[float], code: int, scale: float) -> None:
+    """The replay and LeafRefit take a row's ``exp(m)`` (the fast backtracking objective's point)
+    from the exponential its log-loss derivatives already took where that is the same number
+    (``exp(-|m|)`` for ``m < 0`` at scale 1; Poisson's point): it must be the same bits as
+    ``math.exp(m)`` and leave the point and derivatives unchanged, for any margin and scale."""
+    m = np.array(margins)
+    prm = (1e-16, scale, 0.0, 0.0)
+    apart, shared = _points_apart_and_shared(code, prm, m)
+    np.testing.assert_array_equal(apart.view(np.uint64), shared.view(np.uint64))

@@ -49,13 +49,11 @@ def _walk_once(
     replay_steps(lay, trees, sums, r, 0, mean_w, u, d)
     computed, scale, ties = 1, 1.0, 0
     step[base : base + L] = 0.0
-    current = try_objective(lay, trees, rows, loss, sums, cache, bt, A, work, scratch, t, True)
-    fresh = False
+    current = try_objective(lay, trees, rows, loss, sums, cache, bt, A, work, scratch, t)
     for it in range(trees.n_iter[t]):
         for lj in range(L):
             step[base + lj] = scale * d[lj]
-        trial = try_objective(lay, trees, rows, loss, sums, cache, bt, A, work, scratch, t, fresh)
-        fresh = False
+        trial = try_objective(lay, trees, rows, loss, sums, cache, bt, A, work, scratch, t)
         better = trial < current
         if abs(trial - current) <= bt.bt_tie * abs(current):
             if (flips >> ties) & 1:
@@ -65,7 +63,7 @@ def _walk_once(
             trees.scales[t, computed - 1] = scale
             for lj in range(L):
                 u[base + lj] += step[base + lj]
-            current, scale, fresh = trial, 1.0, True
+            current, scale = trial, 1.0
             if it + 1 < trees.n_iter[t]:
                 step_sums(lay, trees, rows, loss, sums, cache, None, bt, A, work, scratch, r, computed)
                 replay_steps(lay, trees, sums, r, computed, mean_w, u, d)
@@ -125,12 +123,13 @@ def refit_round(
     t0 = lay.round_ptr[r]
     rl0, rl1 = lay.leaf_off[t0], lay.leaf_off[t0 + 1]
     accepted, scale = 0, 1.0
-    refit_round_sums(lay, trees, rows, loss, sums, None, r, 0, A, delta, u, w_new, sel, every, changed, i0,
-                     Gs, Hs, HXs, scratch)
+    fill = bt.bt_obj >= 0  # the sums give the fast objective's exp-space approx where they can
+    filled = refit_round_sums(lay, trees, rows, loss, sums, None, r, 0, A, delta, u, w_new, sel, every,
+                              changed, i0, Gs, Hs, HXs, scratch, point_buf, fill)
     refit_round_steps(lay, trees, r, Gs, Hs, mean_w, d)
     step[rl0:rl1] = 0.0
     current = objective.value(lay, rows.y, loss, bt, t0, A, delta, sel, every, u, step, w_new, i0, point_buf,
-                              dl, mrow, True)
+                              dl, mrow, not filled)
     fresh = False
     for it in range(trees.n_iter[t0]):
         for gl in range(rl0, rl1):
@@ -141,10 +140,11 @@ def refit_round(
         if trial < current:
             for gl in range(rl0, rl1):
                 u[gl] += step[gl]
-            current, accepted, scale, fresh = trial, accepted + 1, 1.0, True
+            current, accepted, scale = trial, accepted + 1, 1.0
             if it + 1 < trees.n_iter[t0]:
-                refit_round_sums(lay, trees, rows, loss, sums, None, r, accepted, A, delta, u, w_new, sel,
-                                 every, changed, i0, Gs, Hs, HXs, scratch)
+                filled = refit_round_sums(lay, trees, rows, loss, sums, None, r, accepted, A, delta, u, w_new,
+                                          sel, every, changed, i0, Gs, Hs, HXs, scratch, point_buf, fill)
+                fresh = not filled
                 refit_round_steps(lay, trees, r, Gs, Hs, mean_w, d)
         else:
             scale *= 0.5

@@ -74,8 +74,10 @@ def part(
     deleted. ``bt.bt_obj < 0``: the rows of chunk ``p``, the weighted loss summed exactly. Otherwise
     block ``p`` of the booster's own arithmetic (:mod:`.fastobj`, with ``dl`` from :func:`prepare`);
     its rows' exp-space approx (``exp`` of the margin at ``u``) is computed into ``point_buf`` (n,)
-    when ``fresh``, else reused from the last try (the tries of one step share it: only an accepted
-    step moves ``u``). ``mrow`` (K,) is scratch.
+    when ``fresh``, else read as the last try or the leaf sums at ``u`` left it (the tries of one
+    step share it: only an accepted step moves ``u``; the sums fill it as they compute each row's
+    derivatives, :func:`.rowjobs.fills_points`, :func:`.plain.refit_round_sums`). ``mrow`` (K,) is
+    scratch.
     """
     n = A.shape[0]
     base = lay.leaf_off[t]

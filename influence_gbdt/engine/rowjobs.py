@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .. import _jit as numba
-from ..losses import grad_hess, jvp, params4, point, point1, step_derivs1, weighted
+from ..losses import grad_hess, jvp, params4, point, point1, point1_exp, step_derivs1, weighted
 from . import objective
 from .common import cache_slot, clear_sums, keep_point, row_margin
 from .state import Backtrack, Cache, Joint, Layout, LossSpec, Rows, Sums, Trees
@@ -58,12 +58,15 @@ def make_work(n_team: int, n: int, n_groups: int, n_total: int, most_leaves: int
 def _sums_rows(
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, cache: Cache, r: int, s: int, q: int,
     A: NDArray[np.float64], u: NDArray[np.float64], j0: int, j1: int, P: NDArray[np.float64],
-    scratch: NDArray[np.float64],
+    scratch: NDArray[np.float64], points: NDArray[np.float64], fill: bool,
 ) -> None:
     """Step ``s`` of round ``r`` at in-tree moves ``u``, rows ``j0 .. j1 - 1`` (one chunk): their
     sums into the chunk's ``P`` (step-leaf slot - the round's first, 4 + 2 G), zeroed first, and
     their derivatives into the cache's slot ``q`` (-1: none). The sums' derivatives in ``u`` for
-    trees with several steps; per-group sums where ``P`` has room for them."""
+    trees with several steps; per-group sums where ``P`` has room for them. If ``fill`` (a
+    one-output round), each row's ``exp`` of its margin into ``points`` (n,): the exp-space
+    approx the fast objective's tries at these moves read (:func:`.objective.part`), computed
+    with the derivatives (:func:`.point1_exp`)."""
     K = A.shape[1]
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     rs0 = lay.sl_off[lay.step_ptr[t0]]
@@ -84,14 +87,17 @@ def _sums_rows(
     if K == 1 and t1 == t0 + 1 and G == 0:
         f = first[0]
         _sums_rows_one(code, p4, f32, newton[t0], multi, y[:, 0], w, A[:, 0], u[leaf_off[t0] :], leaf[t0],
-                       DER, q, P[f:], j0, j1)
+                       DER, q, P[f:], j0, j1, points, fill)
         return
     for j in range(j0, j1):
         if K == 1:  # scalars only: no per-row array views or calls taking arrays
             m = A[j, 0]
             for t in range(t0, t1):
                 m += u[leaf_off[t] + leaf[t, j]]
-            z0, z1 = point1(code, p4, m)
+            if fill:
+                z0, z1, points[j] = point1_exp(code, p4, m)
+            else:
+                z0, z1 = point1(code, p4, m)
             if q >= 0:  # what the reverse sweep needs of this row at this step
                 keep_point(DER, q, j, z0, z1)
             g[0], h[0], wdg, wdh = step_derivs1(code, p4, y[j, 0], w[j], z0, z1)
@@ -124,6 +130,7 @@ def _sums_rows_one(
     code: int, p4: tuple[float, float, float, float], f32: bool, newton: bool, multi: bool,
     y: NDArray[np.float64], w: NDArray[np.float64], a: NDArray[np.float64], u: NDArray[np.float64],
     leaf: NDArray[np.int32], DER: NDArray[np.float64], q: int, P: NDArray[np.float64], j0: int, j1: int,
+    points: NDArray[np.float64], fill: bool,
 ) -> None:
     """:func:`_sums_rows` for one output, a round of one tree and no weight groups (every
     one-output default of the three libraries): the same arithmetic on the few arrays it reads, so
@@ -131,11 +138,15 @@ def _sums_rows_one(
     faster). ``y``, ``w``, ``a`` (n,) labels, weights, margins entering the round; ``u`` the tree's
     in-tree moves by leaf; ``leaf`` (n,) each row's leaf; ``DER`` the derivative cache, whose slot
     ``q`` gets each row's point (none if -1); ``P`` (leaves, 4) the chunk's sums by leaf of w g,
-    w h (or w), and, for a tree of several steps (``multi``), w dg/du, w dh/du."""
+    w h (or w), and, for a tree of several steps (``multi``), w dg/du, w dh/du; ``points`` as
+    :func:`_sums_rows`'s."""
     pg, ph, pdg, pdh = P[:, 0], P[:, 1], P[:, 2], P[:, 3]
     for j in range(j0, j1):
         k = leaf[j]
-        z0, z1 = point1(code, p4, a[j] + u[k])
+        if fill:
+            z0, z1, points[j] = point1_exp(code, p4, a[j] + u[k])
+        else:
+            z0, z1 = point1(code, p4, a[j] + u[k])
         if q >= 0:  # what the reverse sweep needs of this row at this step
             keep_point(DER, q, j, z0, z1)
         wj = w[j]
@@ -149,6 +160,14 @@ def _sums_rows_one(
 
 
 @_internal
+def fills_points(lay: Layout, bt: Backtrack | None, r: int) -> bool:
+    """Whether the sums of round ``r`` also give each row's exp-space approx (``Work.point_buf``):
+    a backtracking tree with the booster's fast objective, whose tries at the moves just summed
+    read it (so :func:`try_objective` never computes it afresh)."""
+    return bt is not None and bt.bt_obj >= 0 and bt.backtrack[lay.round_ptr[r]]
+
+
+@_internal
 def _do(
     tid: int, lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache,
     bt: Backtrack | None, A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64],
@@ -158,16 +177,17 @@ def _do(
     n = A.shape[0]
     j0, j1 = own_rows(n, tid, work.n_team)
     if code == SUMS:  # round a1, step a2, cache slot a3
+        fill = fills_points(lay, bt, a1)
         for c0 in range(j0, j1, CHUNK_ROWS):
             _sums_rows(lay, trees, rows, loss, cache, a1, a2, a3, A, work.u, c0, min(j1, c0 + CHUNK_ROWS),
-                       work.P[c0 // CHUNK_ROWS], scratch)
+                       work.P[c0 // CHUNK_ROWS], scratch, work.point_buf, fill)
     elif code == ADD:  # round a1's stored leaf values added to the margins
         for t in range(lay.round_ptr[a1], lay.round_ptr[a1 + 1]):
             c = lay.out[t]
             base = lay.leaf_off[t]
             for j in range(j0, j1):
                 A[j, c] += sums.stored[base + lay.leaf[t, j]]
-    elif code == OBJECTIVE:  # tree a1, exp-space approx computed afresh if a2
+    elif code == OBJECTIVE:  # tree a1 (the exp-space approx as the last sums left it)
         if bt is None:
             return
         n_p = objective.n_parts(bt, n, -1)
@@ -176,7 +196,7 @@ def _do(
         for p in range(tid * n_p // work.n_team, (tid + 1) * n_p // work.n_team):
             work.parts[p, 0], work.parts[p, 1] = objective.part(
                 lay, rows.y, loss, bt, a1, A, no_delta, no_sel, False, work.u, work.step, work.dl, rows.w, -1,
-                work.point_buf, scratch[0, : A.shape[1]], a2 != 0, p)
+                work.point_buf, scratch[0, : A.shape[1]], False, p)
 
 
 @_internal
@@ -247,13 +267,13 @@ def step_sums(
 @_internal
 def try_objective(
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, bt: Backtrack,
-    A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64], t: int, fresh: bool,
+    A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64], t: int,
 ) -> float:
     """The objective backtracking tree ``t`` compares (:func:`.objective.value`) at the moves
-    ``work.u`` plus the try ``work.step``, no row deleted; the exp-space approx computed afresh
-    into ``work.point_buf`` if ``fresh``."""
+    ``work.u`` plus the try ``work.step``, no row deleted; the exp-space approx at ``work.u`` is
+    ``work.point_buf``, which the last :func:`step_sums` filled (:func:`fills_points`)."""
     objective.prepare(lay, bt, t, work.step, work.dl)
-    _post(lay, trees, rows, loss, sums, cache, bt, A, work, scratch, OBJECTIVE, t, 1 if fresh else 0, 0)
+    _post(lay, trees, rows, loss, sums, cache, bt, A, work, scratch, OBJECTIVE, t, 0, 0)
     return objective.combine(bt, A.shape[0], -1, work.parts)
 
 
