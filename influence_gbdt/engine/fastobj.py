@@ -321,9 +321,9 @@ def layout_row(j: int, skip: int, order: Any = None) -> int:
 
 
 @_jit
-def _ce_term(a: float, d: float, prob: np.float32) -> np.float32:
-    """One row's float32 cross-entropy term of the 4-lane part."""
-    non_exp = fastlogf(a) + fastlogf(d)
+def _ce_term(a: float, d: float, log_d: np.float32, prob: np.float32) -> np.float32:
+    """One row's float32 cross-entropy term of the 4-lane part (``log_d``: ``fastlogf(d)``)."""
+    non_exp = fastlogf(a) + log_d
     e = a * d
     l1 = fastlogf(e + 1.0)
     if e > _DBL_MAX:
@@ -337,7 +337,12 @@ def _ce_block(
     w: NDArray[np.float64], logloss: bool, j0: int, j1: int, skip: int, order: Any = None,
 ) -> tuple[float, float]:
     """(Stats0, Stats1) of one block, layout rows ``j0 <= j < j1``: float32 lanes for the first
-    ``4 * ((j1 - j0) // 4)`` rows (lane k: rows k, k+4, ...), then the rest in double."""
+    ``4 * ((j1 - j0) // 4)`` rows (lane k: rows k, k+4, ...), then the rest in double. FastLogf of
+    each leaf's ``dl`` is taken once per leaf, not per row (the same float32 values: measured
+    10-15% of a block)."""
+    log_dl = np.empty(dl.shape[0], dtype=np.float32)
+    for lf in range(dl.shape[0]):
+        log_dl[lf] = fastlogf(dl[lf])
     z = np.float32(0.0)
     a0, a1, a2, a3 = z, z, z, z
     c0, c1, c2, c3 = z, z, z, z
@@ -348,7 +353,7 @@ def _ce_block(
             y32 = np.float32(y[i])
             prob = (_ONE32 if y32 > _HALF32 else np.float32(0.0)) if logloss else y32
             w32 = np.float32(w[i])
-            v = w32 * _ce_term(point[i], dl[leaf[i]], prob)
+            v = w32 * _ce_term(point[i], dl[leaf[i]], log_dl[leaf[i]], prob)
             if k == 0:
                 a0 += v
                 c0 += w32
@@ -372,7 +377,7 @@ def _ce_block(
         d = dl[leaf[i]]
         y32 = np.float32(y[i])
         prob = (_ONE32 if y32 > _HALF32 else np.float32(0.0)) if logloss else y32
-        non_exp = np.float64(fastlogf(d)) + np.float64(fastlogf(a))
+        non_exp = np.float64(log_dl[leaf[i]]) + np.float64(fastlogf(a))
         e = a * d
         if abs(e) != math.inf:
             v = np.float64(fastlogf(e + 1.0)) - np.float64(prob) * non_exp
