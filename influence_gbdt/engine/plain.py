@@ -498,13 +498,13 @@ def _tree_sums_in_row_order(
             continue
         lj = lay.leaf[t, j]
         moved = all_moved or (track and sel[base + lj])
-        m = A[j, 0] + delta[j, 0] if moved else A[j, 0]
+        m = (A[j, 0] + delta[j, 0] if moved else A[j, 0]) + u[base + lj]
         if fill:
-            gg, hh, _, _, em = derivs1_exp(loss.code, prm, rows.y[j, 0], m + u[base + lj])
-            mo = A[j, 0] + u[base + lj] + delta[j, 0] if moved else m + u[base + lj]
-            points[j] = em if mo == m + u[base + lj] else math.exp(mo)
+            gg, hh, _, _, em = derivs1_exp(loss.code, prm, rows.y[j, 0], m)
+            mo = A[j, 0] + u[base + lj] + delta[j, 0] if moved else m  # the objective's order
+            points[j] = em if mo == m else math.exp(mo)
         else:
-            gg, hh, _, _ = derivs1(loss.code, prm, rows.y[j, 0], m + u[base + lj])
+            gg, hh, _, _ = derivs1(loss.code, prm, rows.y[j, 0], m)
         wg, wh = weighted(loss.code, gg, max(hh, loss.prm[0]), w_new[j], rows.f32)
         Gs[lj] += wg
         Hs[lj] += wh if newton else w_new[j]

@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 from .. import _jit as numba
 from ..losses import grad_hess, jvp, params4, point, point1, point1_exp, step_derivs1, weighted
 from . import objective
-from .common import cache_slot, clear_sums, keep_point, row_margin
+from .common import cache_slot, clear_sums, keep_point, per_row, row_margin
 from .state import Backtrack, Cache, Joint, Layout, LossSpec, Rows, Sums, Trees
 from .team import CHUNK_ROWS, barrier, n_chunks, own_rows
 
@@ -159,7 +159,7 @@ def _sums_rows_one(
             pdh[k] += wdh
 
 
-@_internal
+@per_row  # a one-line test: inlined, no kernel of its own to compile (benchmarks/coldstart.py)
 def fills_points(lay: Layout, bt: Backtrack | None, r: int) -> bool:
     """Whether the sums of round ``r`` also give each row's exp-space approx (``Work.point_buf``):
     a backtracking tree with the booster's fast objective, whose tries at the moves just summed
