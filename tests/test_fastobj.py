@@ -172,6 +172,15 @@ def _problem(rng, n, loss, n_leaf, point_scale, step_scale, weighted):
     return point, dl, leaf, y.astype(np.float64), w.astype(np.float64)
 
 
+def _block(code, point, dl, leaf, y, w):
+    """fastobj's (Stats0, Stats1) of all rows as one block, in array order."""
+    n = point.shape[0]
+    so = F.new_sum_order(n)
+    F.fill_sum_order(so, code, y, w, np.arange(n), -1)
+    F.order_leaves(so, n, leaf)
+    return F.block_stats(code, point, dl, so, 0, n)
+
+
 def _ref_block(loss, point, dl, leaf, y, w):
     y32, w32 = y.astype(np.float32), w.astype(np.float32)
     if loss == "Poisson":
@@ -189,8 +198,7 @@ def test_objective_blocks_match_reference():
         sc = rng.choice([0.01, 1.0, 5.0, 30.0, 150.0] if loss != "Poisson" else [0.01, 1.0, 5.0, 30.0])
         n_leaf = int(rng.choice([1, 3, 5, 7, 8, 16]))
         p = _problem(rng, n, loss, n_leaf, sc, rng.choice([1e-9, 1e-4, 0.1, 1.0, 30.0]), k % 2 == 0)
-        got = F.block_stats(CODES[loss], *p, 0, n, -1)
-        assert_bits(got, _ref_block(loss, *p))
+        assert_bits(_block(CODES[loss], *p), _ref_block(loss, *p))
         assert_bits(F.exp_space_objective(CODES[loss], *p, 1), R.objective(loss, *p))
 
 
@@ -224,6 +232,21 @@ def test_objective_skip_is_deletion(n):
                 want = R.objective(loss, p[0][keep], p[1], p[2][keep], p[3][keep], p[4][keep], threads)
                 k = F.objective_ranges(n - 1, threads)
                 assert_bits(F.exp_space_objective(CODES[loss], *p, k, i), want)
+
+
+@pytest.mark.parametrize("n", [4099, 12001])
+def test_objective_in_another_order_with_a_deletion(n):
+    """``order`` sums the rows in another order (CatBoost's fold for categorical data) and ``skip``
+    is then a position of it: the same as the reference on the arrays permuted, the row deleted."""
+    rng = np.random.default_rng(n + 2)
+    for loss in ("Logloss", "CrossEntropy", "Poisson"):
+        point, dl, leaf, y, w = _problem(rng, n, loss, 6, 1.0, 0.2, True)
+        order = rng.permutation(n)
+        for pos in (-1, 0, int(rng.integers(1, n - 1)), 4096, n - 1):
+            at = order[np.arange(n) != pos] if pos >= 0 else order
+            want = R.objective(loss, point[at], dl, leaf[at], y[at], w[at], 2)
+            k = F.objective_ranges(at.size, 2)
+            assert_bits(F.exp_space_objective(CODES[loss], point, dl, leaf, y, w, k, pos, order), want)
 
 
 def test_objective_zero_weights():
@@ -453,11 +476,18 @@ _CATBOOST_PROBE = textwrap.dedent(
         w = None if rng.random() < 0.4 else rng.uniform(0.1, 3, n).astype(np.float32)
         ww = np.ones(n) if w is None else w.astype(np.float64)
         leaf = np.arange(n, dtype=np.int32)
-        mine = F.block_stats(0 if logloss else 1, a, d, leaf, t.astype(np.float64), ww, 0, n, -1)
+
+        def block(code, y):
+            so = F.new_sum_order(n)
+            F.fill_sum_order(so, code, y, ww, np.arange(n), -1)
+            F.order_leaves(so, n, leaf)
+            return F.block_stats(code, a, d, so, 0, n)
+
+        mine = block(0 if logloss else 1, t.astype(np.float64))
         res["ce"][0] += mine != cb_block(ce, a, d, t, w, 0 if logloss else 1)
         res["ce"][1] += 1
         tp = rng.poisson(2, n).astype(np.float32)
-        mine = F.block_stats(2, a, d, leaf, tp.astype(np.float64), ww, 0, n, -1)
+        mine = block(2, tp.astype(np.float64))
         res["po"][0] += mine != cb_block(po, a, d, tp, w, 0)
         res["po"][1] += 1
     print("RESULT " + json.dumps({k: [int(v[0]), int(v[1])] for k, v in res.items()}))

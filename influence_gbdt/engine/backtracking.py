@@ -17,6 +17,7 @@ from numpy.typing import NDArray
 
 from .. import _jit as numba
 from . import objective
+from .fastobj import SumOrder
 from .plain import refit_round_steps, refit_round_sums, replay_steps
 from .rowjobs import Work, step_sums, try_objective
 from .state import Backtrack, Cache, Layout, LossSpec, Rows, Sums, Trees
@@ -45,6 +46,7 @@ def _walk_once(
     u, step = work.u, work.step
     u[base : base + L] = 0.0
     trees.scales[t, :] = 0.0
+    objective.start_tree(lay, bt, work.order, t, A.shape[0], -1)
     step_sums(lay, trees, rows, loss, sums, cache, None, bt, A, work, scratch, r, 0)
     replay_steps(lay, trees, sums, r, 0, mean_w, u, d)
     computed, scale, ties = 1, 1.0, 0
@@ -114,12 +116,13 @@ def refit_round(
     A: NDArray[np.float64], delta: NDArray[np.float64], u: NDArray[np.float64], step: NDArray[np.float64],
     w_new: NDArray[np.float64], sel: NDArray[np.bool_], every: bool, changed: bool, i0: int, mean_w: float,
     Gs: NDArray[np.float64], Hs: NDArray[np.float64], HXs: NDArray[np.float64], d: NDArray[np.float64],
-    dl: NDArray[np.float64], point_buf: NDArray[np.float64], mrow: NDArray[np.float64], scratch:
-    NDArray[np.float64],
+    dl: NDArray[np.float64], so: SumOrder, point_buf: NDArray[np.float64], mrow: NDArray[np.float64],
+    scratch: NDArray[np.float64],
 ) -> None:
     """Round ``r``'s one tree with row ``i0`` deleted: AnyImprovement re-decided on the changed data,
     the accepted steps accumulated into the in-tree moves ``u`` (``HXs`` as for
-    :func:`.plain.refit_round`)."""
+    :func:`.plain.refit_round`; ``so``: the fast objective's rows for this deletion,
+    :func:`.fastobj.fill_sum_order`)."""
     t0 = lay.round_ptr[r]
     rl0, rl1 = lay.leaf_off[t0], lay.leaf_off[t0 + 1]
     accepted, scale = 0, 1.0
@@ -128,13 +131,14 @@ def refit_round(
                               changed, i0, Gs, Hs, HXs, scratch, point_buf, fill)
     refit_round_steps(lay, trees, r, Gs, Hs, mean_w, d)
     step[rl0:rl1] = 0.0
-    current = objective.value(lay, rows.y, loss, bt, t0, A, delta, sel, every, u, step, w_new, i0, point_buf,
-                              dl, mrow, not filled)
+    objective.start_tree(lay, bt, so, t0, A.shape[0], i0)
+    current = objective.value(lay, rows.y, loss, bt, t0, A, delta, sel, every, u, step, w_new, i0, so,
+                              point_buf, dl, mrow, not filled)
     fresh = False
     for it in range(trees.n_iter[t0]):
         for gl in range(rl0, rl1):
             step[gl] = scale * d[gl - rl0]
-        trial = objective.value(lay, rows.y, loss, bt, t0, A, delta, sel, every, u, step, w_new, i0,
+        trial = objective.value(lay, rows.y, loss, bt, t0, A, delta, sel, every, u, step, w_new, i0, so,
                                 point_buf, dl, mrow, fresh)
         fresh = False
         if trial < current:

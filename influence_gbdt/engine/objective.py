@@ -18,13 +18,14 @@ from numpy.typing import NDArray
 from .. import _jit as numba
 from ..losses import value as loss_value
 from .fastobj import (
+    SumOrder,
     block_bounds,
     block_stats,
     combine_blocks,
     fastexp_vec,
-    layout_row,
     n_blocks,
     objective_ranges,
+    order_leaves,
 )
 from .state import Backtrack, Layout, LossSpec
 from .team import CHUNK_ROWS
@@ -33,11 +34,11 @@ _internal = numba.njit(cache=True, nogil=True, internal=True)
 
 
 @_internal
-def _layout(bt: Backtrack, n: int, skip: int) -> tuple[int, int, int]:
-    """(rows summed, the booster's row ranges, the deleted row's position or -1) of the fast
-    objective with row ``skip`` (>= 0) deleted."""
+def _layout(bt: Backtrack, n: int, skip: int) -> tuple[int, int]:
+    """(rows summed, the booster's row ranges) of the fast objective with row ``skip`` (>= 0)
+    deleted."""
     n_eff = n - 1 if skip >= 0 else n
-    return n_eff, objective_ranges(n_eff, bt.bt_threads), bt.bt_pos[skip] if skip >= 0 else -1
+    return n_eff, objective_ranges(n_eff, bt.bt_threads)
 
 
 @_internal
@@ -45,8 +46,16 @@ def n_parts(bt: Backtrack, n: int, skip: int) -> int:
     """How many parts the objective of ``n`` rows (row ``skip`` >= 0 deleted) is summed in."""
     if bt.bt_obj < 0:
         return max(1, (n + CHUNK_ROWS - 1) // CHUNK_ROWS)
-    n_eff, n_ranges, _ = _layout(bt, n, skip)
+    n_eff, n_ranges = _layout(bt, n, skip)
     return n_blocks(n_eff, n_ranges)
+
+
+@_internal
+def start_tree(lay: Layout, bt: Backtrack, so: SumOrder, t: int, n: int, skip: int) -> None:
+    """Before the tries of tree ``t`` (``n`` rows, row ``skip`` >= 0 deleted): the fast objective's
+    rows ``so`` (:func:`.fastobj.fill_sum_order`) take the tree's leaves."""
+    if bt.bt_obj >= 0:
+        order_leaves(so, _layout(bt, n, skip)[0], lay.leaf[t])
 
 
 @_internal
@@ -63,7 +72,7 @@ def prepare(lay: Layout, bt: Backtrack, t: int, step: NDArray[np.float64], dl: N
 def part(
     lay: Layout, y: NDArray[np.float64], loss: LossSpec, bt: Backtrack, t: int, A: NDArray[np.float64],
     delta: NDArray[np.float64], sel: NDArray[np.bool_], every: bool, u: NDArray[np.float64],
-    step: NDArray[np.float64], dl: NDArray[np.float64], w: NDArray[np.float64], skip: int,
+    step: NDArray[np.float64], dl: NDArray[np.float64], w: NDArray[np.float64], skip: int, so: SumOrder,
     point_buf: NDArray[np.float64], mrow: NDArray[np.float64], fresh: bool, p: int,
 ) -> tuple[float, float]:
     """Part ``p`` of the objective of backtracking tree ``t`` with its leaves moved by ``u + step``:
@@ -72,7 +81,9 @@ def part(
     Rows sit at ``A`` plus, where they are moved (``every`` or their leaf in ``sel``; only when
     ``delta`` has rows), their change ``delta``; ``w`` are the weights and row ``skip`` (>= 0) is
     deleted. ``bt.bt_obj < 0``: the rows of chunk ``p``, the weighted loss summed exactly. Otherwise
-    block ``p`` of the booster's own arithmetic (:mod:`.fastobj`, with ``dl`` from :func:`prepare`);
+    block ``p`` of the booster's own arithmetic (:mod:`.fastobj`, with ``dl`` from :func:`prepare`,
+    the rows, their targets, weights and leaves from ``so``, filled for this deletion and tree:
+    :func:`.fastobj.fill_sum_order`, :func:`start_tree`);
     its rows' exp-space approx (``exp`` of the margin at ``u``) is computed into ``point_buf`` (n,)
     when ``fresh``, else read as the last try or the leaf sums at ``u`` left it (the tries of one
     step share it: only an accepted step moves ``u``; the sums fill it as they compute each row's
@@ -93,17 +104,18 @@ def part(
                 mrow[c] += u[base + lay.leaf[t, j]] + step[base + lay.leaf[t, j]]
                 total += w[j] * loss_value(loss.code, loss.prm, y[j], mrow)
         return total, 0.0
-    n_eff, n_ranges, at = _layout(bt, n, skip)
+    n_eff, n_ranges = _layout(bt, n, skip)
     b0, b1, _ = block_bounds(n_eff, n_ranges, p)
     if fresh:
         for pos in range(b0, b1):
-            j = layout_row(pos, at, bt.bt_order)
-            m = A[j, c] + u[base + lay.leaf[t, j]]
-            if track and (every or sel[base + lay.leaf[t, j]]):
+            j = so.rows[pos]
+            gl = base + so.leaf[pos]
+            m = A[j, c] + u[gl]
+            if track and (every or sel[gl]):
                 m += delta[j, c]
             point_buf[j] = math.exp(m)
     L = lay.leaf_off[t + 1] - base
-    return block_stats(bt.bt_obj, point_buf, dl[:L], lay.leaf[t], y[:, 0], w, b0, b1, at, bt.bt_order)
+    return block_stats(bt.bt_obj, point_buf, dl[:L], so, b0, b1)
 
 
 @_internal
@@ -115,7 +127,7 @@ def combine(bt: Backtrack, n: int, skip: int, parts: NDArray[np.float64]) -> flo
         for p in range(n_parts(bt, n, skip)):
             total += parts[p, 0]
         return total
-    n_eff, n_ranges, _ = _layout(bt, n, skip)
+    n_eff, n_ranges = _layout(bt, n, skip)
     return combine_blocks(n_eff, n_ranges, parts)
 
 
@@ -123,8 +135,8 @@ def combine(bt: Backtrack, n: int, skip: int, parts: NDArray[np.float64]) -> flo
 def value(
     lay: Layout, y: NDArray[np.float64], loss: LossSpec, bt: Backtrack, t: int, A: NDArray[np.float64],
     delta: NDArray[np.float64], sel: NDArray[np.bool_], every: bool, u: NDArray[np.float64],
-    step: NDArray[np.float64], w: NDArray[np.float64], skip: int, point_buf: NDArray[np.float64],
-    dl: NDArray[np.float64], mrow: NDArray[np.float64], fresh: bool,
+    step: NDArray[np.float64], w: NDArray[np.float64], skip: int, so: SumOrder,
+    point_buf: NDArray[np.float64], dl: NDArray[np.float64], mrow: NDArray[np.float64], fresh: bool,
 ) -> float:
     """The objective of tree ``t`` (arguments as in :func:`part`), its parts computed in turn by
     this thread."""
@@ -132,6 +144,6 @@ def value(
     prepare(lay, bt, t, step, dl)
     parts = np.empty((n_parts(bt, n, skip), 2))
     for p in range(parts.shape[0]):
-        parts[p, 0], parts[p, 1] = part(lay, y, loss, bt, t, A, delta, sel, every, u, step, dl, w, skip,
+        parts[p, 0], parts[p, 1] = part(lay, y, loss, bt, t, A, delta, sel, every, u, step, dl, w, skip, so,
                                         point_buf, mrow, fresh, p)
     return combine(bt, n, skip, parts)

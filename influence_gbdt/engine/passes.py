@@ -30,6 +30,7 @@ from . import backtracking, plain
 from . import joint as joint_rule
 from . import renewed as renewed_rule
 from .common import NONE, add_round, advance_row, every_step_cached, per_row, round_sizes, select_leaves
+from .fastobj import fill_sum_order, new_sum_order
 from .rowjobs import Work, make_work, serve, stop
 from .rowjobs import add_round as add_round_team
 from .state import Backtrack, Cache, Joint, Layout, LossSpec, Renewed, Rows, State, Sums, Trees, largest_round
@@ -68,6 +69,8 @@ def replay(
         serve(tid, lay, trees, rows, loss, sums, cache, bt, A, work, scratch)
         return
     mean_w = (rows.w.sum() + rows.outside[0]) / (n + rows.outside[1])
+    if bt is not None and bt.bt_obj >= 0:
+        fill_sum_order(work.order, bt.bt_obj, rows.y[:, 0], rows.w, bt.bt_order, -1)
     u = work.u
     most_leaves, _ = round_sizes(lay)
     d = np.empty(most_leaves)
@@ -105,9 +108,10 @@ def replay_work(st: State, n_team: int) -> Work:
     lay = st.lay
     n = lay.leaf.shape[1]
     n_groups = st.sums.GV.shape[1] if st.sums.GV.shape[0] > 0 else 0
-    parts = n_chunks(n) + (st.backtrack.bt_threads if st.backtrack is not None else 0)
+    bt = st.backtrack
+    parts = n_chunks(n) + (bt.bt_threads if bt is not None else 0)
     return make_work(n_team, n, n_groups, int(lay.leaf_off[-1]), int(np.diff(lay.leaf_off).max()),
-                     largest_round(lay)[1], parts)
+                     largest_round(lay)[1], parts, n if bt is not None and bt.bt_obj >= 0 else 0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -351,6 +355,10 @@ def refit_one(  # noqa: C901 -- one loop nest over rounds and the rules
     d = np.empty(most_leaves)
     dl = np.empty(most_leaves)
     point_buf = np.empty(0 if row_only else n)
+    n_so = n if bt is not None and bt.bt_obj >= 0 else 0  # the fast objective's rows in its order
+    so = new_sum_order(n_so)
+    if bt is not None and n_so > 0:
+        fill_sum_order(so, bt.bt_obj, rows.y[:, 0], w_new, bt.bt_order, bt.bt_pos[i0])
     scratch = np.empty((4, max(K, loss.zsize)))
     mrow = np.empty(K)
     for r in range(lay.round_ptr.shape[0] - 1):
@@ -366,7 +374,8 @@ def refit_one(  # noqa: C901 -- one loop nest over rounds and the rules
                                     w_new, i0, out)
         elif bt is not None and bt.backtrack[t0]:  # alone in its round: re-decided without the row
             backtracking.refit_round(lay, trees, rows, loss, sums, bt, r, A, delta, u, step, w_new, sel,
-                                     every, changed, i0, mean_w, Gs, Hs, HXs, d, dl, point_buf, mrow, scratch)
+                                     every, changed, i0, mean_w, Gs, Hs, HXs, d, dl, so, point_buf, mrow,
+                                     scratch)
         elif joint is not None and joint.joint[t0]:  # one step for the round's trees together
             joint_rule.refit_round(lay, trees, rows, loss, sums, joint, r, A, delta, u, w_new, sel, every,
                                    changed, i0, mean_w, Gs, Hs, HXs, d, scratch)

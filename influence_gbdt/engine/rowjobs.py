@@ -22,6 +22,7 @@ from .. import _jit as numba
 from ..losses import grad_hess, jvp, params4, point, point1, point1_exp, step_derivs1, weighted
 from . import objective
 from .common import cache_slot, clear_sums, keep_point, per_row, row_margin
+from .fastobj import SumOrder, new_sum_order
 from .state import Backtrack, Cache, Joint, Layout, LossSpec, Rows, Sums, Trees
 from .team import CHUNK_ROWS, barrier, n_chunks, own_rows
 
@@ -44,14 +45,17 @@ class Work(NamedTuple):
     step: NDArray[np.float64]  # (n_total,) a backtracking try's leaf steps
     dl: NDArray[np.float64]  # (most leaves of a tree,) the fast objective's exp of a try's steps
     point_buf: NDArray[np.float64]  # (n,) the fast objective's exp-space approx of each row
+    order: SumOrder  # (n or 0,) the fast objective's rows in its order (:func:`.passes.replay` fills it)
 
 
-def make_work(n_team: int, n: int, n_groups: int, n_total: int, most_leaves: int, most_slots: int, parts: int
-              ) -> Work:
-    """A :class:`Work` for a team of ``n_team`` (``parts``: most parts of a try's objective)."""
+def make_work(n_team: int, n: int, n_groups: int, n_total: int, most_leaves: int, most_slots: int, parts: int,
+              fast_rows: int) -> Work:
+    """A :class:`Work` for a team of ``n_team`` (``parts``: most parts of a try's objective;
+    ``fast_rows``: rows the booster's own objective arithmetic sums, ``n`` or 0)."""
     return Work(n_team=n_team, bar=np.zeros(2, dtype=np.int64), job=np.zeros(4, dtype=np.int64),
                 P=np.zeros((n_chunks(n), most_slots, 4 + 2 * n_groups)), parts=np.zeros((max(parts, 1), 2)),
-                u=np.zeros(n_total), step=np.zeros(n_total), dl=np.empty(most_leaves), point_buf=np.empty(n))
+                u=np.zeros(n_total), step=np.zeros(n_total), dl=np.empty(most_leaves), point_buf=np.empty(n),
+                order=new_sum_order(fast_rows))
 
 
 @_internal
@@ -196,7 +200,7 @@ def _do(
         for p in range(tid * n_p // work.n_team, (tid + 1) * n_p // work.n_team):
             work.parts[p, 0], work.parts[p, 1] = objective.part(
                 lay, rows.y, loss, bt, a1, A, no_delta, no_sel, False, work.u, work.step, work.dl, rows.w, -1,
-                work.point_buf, scratch[0, : A.shape[1]], False, p)
+                work.order, work.point_buf, scratch[0, : A.shape[1]], False, p)
 
 
 @_internal
