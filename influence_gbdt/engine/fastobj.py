@@ -16,6 +16,9 @@ Pieces (all compiled, callable from other compiled kernels):
 - :func:`fast_exp_scalar` -- the scalar table exp of a ``boost_from_average`` starting value;
 - :func:`fastlogf` -- the float32 logarithm of the metric;
 - :func:`exp_space_objective` with :func:`objective_ranges` -- Obj of one try;
+- :class:`SumOrder` (:func:`new_sum_order`, :func:`fill_sum_order`, :func:`order_leaves`) -- the
+  rows a try sums, with their float32 targets, weights and leaves, at their positions in the
+  booster's summation order: laid out once, read in order by every try (:func:`block_stats`);
 - :func:`cb_newton_step` -- CatBoost's Newton leaf step from the exp-space approx, in its summation
   order (for bit-identical leaves);
 - :func:`update_point` -- CatBoost's exp-space update ``point *= dl[leaf]`` (accepted steps and the
@@ -375,9 +378,10 @@ def _ce_block(
     """(Stats0, Stats1) of one block, positions ``j0 <= j < j1``: float32 lanes for the first
     ``4 * ((j1 - j0) // 4)`` rows (lane k: rows k, k+4, ...), then the rest in double. FastLogf of
     each leaf's ``dl`` is taken once per leaf, not per row (the same float32 values: measured
-    10-15% of a block). The four lanes are four running sums in registers and the rows' target,
-    weight and leaf are read in position order: together ~2.5x faster than lanes picked by a
-    branch per row from data gathered through the order (measured, ``docs/performance.md``)."""
+    10-15% of a block). The four lanes are four running sums and the rows' target, weight and leaf
+    are read in position order from ``so``: measured 1.2x faster than lanes picked by a branch per
+    row from data gathered through the order where that order is the array's, 2.6x where it is a
+    permutation (``docs/performance.md``, stop 41)."""
     log_dl = np.empty(dl.shape[0], dtype=np.float32)
     for lf in range(dl.shape[0]):
         log_dl[lf] = fastlogf(dl[lf])
