@@ -372,6 +372,17 @@ def _row_pass_one(
                             last)
 
 
+#: ``k & INDEX`` is ``k`` for an index that is never negative (a leaf, a chunk; below 2**31). The
+#: row loops below index with it, and count their rows from 0 over arrays sliced from row ``j0``:
+#: the compiler then knows no index is negative and drops numba's wrap-around of negative indices
+#: (the array's length added to each), which it otherwise computes at every access, reloading the
+#: lengths from memory. Measured, one thread: the sweep of one test point 21.6-21.9 -> 14.5-14.6 ms
+#: on LightGBM's default (100 one-step rounds, 32,561 rows), 0.93-0.97 -> 0.76 s on CatBoost's
+#: (300 trees of ~10 steps, most recomputed at the margins). The loop alone, called from a small
+#: kernel with its first row the constant 0, had run 11 ms: the compiler knew there.
+INDEX = 0x7FFFFFFF
+
+
 # One leaf step of a round of one tree, rows ``j0 .. j1 - 1``, in three loops by where the rows'
 # points come from (each alone in its function: a loop measured up to 1.15x slower beside another's
 # calls). Arguments: ``y``, ``w`` (n,) the rows' labels and weights; their points at the step kept
@@ -391,9 +402,11 @@ def _kept_logloss(
     j1: int, gather: bool,
 ) -> None:
     """Log loss, from the points kept (p, 1 - p): no call in the loop."""
-    for j in range(j0, j1):
-        g, h, wdg, wdh = step_logloss(p4, y[j], w[j], kept[j, 0], kept[j, 1])
-        _row_step(j, j0, g, h, wdg, wdh, leaf, leaf_next, gt, dt, newton, a_bar, w_bar, PT, gather)
+    y, w, kept, leaf, leaf_next = y[j0:j1], w[j0:j1], kept[j0:j1], leaf[j0:j1], leaf_next[j0:j1]
+    a_bar = a_bar[j0:j1]
+    for i in range(j1 - j0):
+        g, h, wdg, wdh = step_logloss(p4, y[i], w[i], kept[i, 0], kept[i, 1])
+        _row_step(i, j0, g, h, wdg, wdh, leaf, leaf_next, gt, dt, newton, a_bar, w_bar, PT, gather)
 
 
 @_internal
@@ -404,10 +417,11 @@ def _margin_logloss(
     PT: NDArray[np.float64], j0: int, j1: int, gather: bool,
 ) -> None:
     """Log loss, at the margins (:func:`.point1`'s arithmetic, inlined)."""
-    for j in range(j0, j1):
-        z0, z1 = sigmoid_pair(p4[1] * (A[j - j0] + u[leaf[j]]))
-        g, h, wdg, wdh = step_logloss(p4, y[j], w[j], z0, z1)
-        _row_step(j, j0, g, h, wdg, wdh, leaf, leaf_next, gt, dt, newton, a_bar, w_bar, PT, gather)
+    y, w, leaf, leaf_next, a_bar = y[j0:j1], w[j0:j1], leaf[j0:j1], leaf_next[j0:j1], a_bar[j0:j1]
+    for i in range(j1 - j0):
+        z0, z1 = sigmoid_pair(p4[1] * (A[i] + u[leaf[i] & INDEX]))
+        g, h, wdg, wdh = step_logloss(p4, y[i], w[i], z0, z1)
+        _row_step(i, j0, g, h, wdg, wdh, leaf, leaf_next, gt, dt, newton, a_bar, w_bar, PT, gather)
 
 
 @_internal
@@ -419,35 +433,36 @@ def _any_step(
 ) -> None:
     """Any one-output loss, from the points kept in the cache ``DER``'s slot ``q``, or (-1) at
     the margins."""
-    for j in range(j0, j1):
+    y, w, leaf, leaf_next, a_bar = y[j0:j1], w[j0:j1], leaf[j0:j1], leaf_next[j0:j1], a_bar[j0:j1]
+    for i in range(j1 - j0):
         if q >= 0:
-            z0, z1 = kept_point(DER, q, j)
+            z0, z1 = kept_point(DER, q, j0 + i)
         else:  # at the row's margin, as plain.row_adjoints computes it
-            z0, z1 = point1(code, p4, A[j - j0] + u[leaf[j]])
-        g, h, wdg, wdh = step_derivs1(code, p4, y[j], w[j], z0, z1)
-        _row_step(j, j0, g, h, wdg, wdh, leaf, leaf_next, gt, dt, newton, a_bar, w_bar, PT, gather)
+            z0, z1 = point1(code, p4, A[i] + u[leaf[i] & INDEX])
+        g, h, wdg, wdh = step_derivs1(code, p4, y[i], w[i], z0, z1)
+        _row_step(i, j0, g, h, wdg, wdh, leaf, leaf_next, gt, dt, newton, a_bar, w_bar, PT, gather)
 
 
 @per_row
 def _row_step(
-    j: int, j0: int, g: float, h: float, wdg: float, wdh: float, leaf: NDArray[np.int32],
+    i: int, j0: int, g: float, h: float, wdg: float, wdh: float, leaf: NDArray[np.int32],
     leaf_next: NDArray[np.int32], gt: NDArray[np.float64], dt: NDArray[np.float64], newton: bool,
     a_bar: NDArray[np.float64], w_bar: NDArray[np.float64], PT: NDArray[np.float64], gather: bool,
 ) -> None:
-    """Row ``j`` through a leaf step, from its ``g, h, w dg/dm, w dh/dm`` at the step: its margin
-    adjoint ``a_bar[j]`` and weight adjoint ``w_bar[j - j0]`` updated, the former gathered into
-    ``PT`` if ``gather``."""
-    k = leaf[j]
+    """Row ``j0 + i`` through a leaf step, from its ``g, h, w dg/dm, w dh/dm`` at the step: its
+    margin adjoint ``a_bar[i]`` and weight adjoint ``w_bar[i]`` updated, the former gathered into
+    ``PT`` if ``gather`` (``leaf``, ``leaf_next``, ``a_bar``, ``w_bar`` from row ``j0`` on)."""
+    k = leaf[i] & INDEX
     gb = gt[k]
     dd = dt[k]
-    a = a_bar[j] + (gb * wdg + (dd if newton else 0.0) * wdh)
+    a = a_bar[i] + (gb * wdg + (dd if newton else 0.0) * wdh)
     if newton:
-        w_bar[j - j0] += gb * g + dd * h
+        w_bar[i] += gb * g + dd * h
     else:
-        w_bar[j - j0] += gb * g + dd
-    a_bar[j] = a
+        w_bar[i] += gb * g + dd
+    a_bar[i] = a
     if gather:
-        PT[j // CHUNK_ROWS, leaf_next[j]] += a
+        PT[((j0 + i) // CHUNK_ROWS) & INDEX, leaf_next[i] & INDEX] += a
 
 
 @_internal
