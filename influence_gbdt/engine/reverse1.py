@@ -42,7 +42,7 @@ from numpy.typing import NDArray
 from .. import _jit as numba
 from ..losses import LOGLOSS, Params4, params4, point1, sigmoid_pair, step_derivs1, step_logloss
 from . import team
-from .common import every_step_cached, kept_point, per_row
+from .common import INDEX, every_step_cached, kept_point, per_row
 from .plain import leaf_adjoints
 from .state import Cache, Layout, LossSpec, Rows, State, Sums, Trees, largest_round
 from .team import CHUNK_ROWS, barrier, n_chunks, own_rows
@@ -372,17 +372,6 @@ def _row_pass_one(
                             last)
 
 
-#: ``k & INDEX`` is ``k`` for an index that is never negative (a leaf, a chunk; below 2**31). The
-#: row loops below index with it, and count their rows from 0 over arrays sliced from row ``j0``:
-#: the compiler then knows no index is negative and drops numba's wrap-around of negative indices
-#: (the array's length added to each), which it otherwise computes at every access, reloading the
-#: lengths from memory. Measured, one thread: the sweep of one test point 21.6-21.9 -> 14.5-14.6 ms
-#: on LightGBM's default (100 one-step rounds, 32,561 rows), 0.93-0.97 -> 0.76 s on CatBoost's
-#: (300 trees of ~10 steps, most recomputed at the margins). The loop alone, called from a small
-#: kernel with its first row the constant 0, had run 11 ms: the compiler knew there.
-INDEX = 0x7FFFFFFF
-
-
 # One leaf step of a round of one tree, rows ``j0 .. j1 - 1``, in three loops by where the rows'
 # points come from (each alone in its function: a loop measured up to 1.15x slower beside another's
 # calls). Arguments: ``y``, ``w`` (n,) the rows' labels and weights; their points at the step kept
@@ -391,7 +380,8 @@ INDEX = 0x7FFFFFFF
 # in the round's tree and in the next round's (the one swept after it); ``gt``, ``dt`` the step's
 # leaf-sum adjoints of G and H + lam by leaf; ``a_bar`` (n,) the rows' margin adjoints, ``w_bar``
 # (j1 - j0,) their weight adjoints, each updated (:func:`_row_step`); ``PT`` (chunks, leaves) the
-# chunks' leaf sums, gathered into if ``gather``.
+# chunks' leaf sums, gathered into if ``gather``. Each loop counts its rows from 0 over the arrays
+# sliced from row ``j0`` (see :data:`.common.INDEX`).
 
 
 @_internal

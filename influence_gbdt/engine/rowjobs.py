@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 from .. import _jit as numba
 from ..losses import grad_hess, jvp, params4, point, point1, point1_exp, step_derivs1, weighted
 from . import objective
-from .common import cache_slot, clear_sums, keep_point, per_row, row_margin
+from .common import INDEX, cache_slot, clear_sums, keep_point, per_row, row_margin
 from .fastobj import SumOrder, new_sum_order
 from .state import Backtrack, Cache, Joint, Layout, LossSpec, Rows, Sums, Trees
 from .team import CHUNK_ROWS, barrier, n_chunks, own_rows
@@ -145,16 +145,18 @@ def _sums_rows_one(
     w h (or w), and, for a tree of several steps (``multi``), w dg/du, w dh/du; ``points`` as
     :func:`_sums_rows`'s."""
     pg, ph, pdg, pdh = P[:, 0], P[:, 1], P[:, 2], P[:, 3]
-    for j in range(j0, j1):
-        k = leaf[j]
+    # rows counted from 0, leaves indexed as never negative: see common.INDEX
+    y, w, a, leaf, points = y[j0:j1], w[j0:j1], a[j0:j1], leaf[j0:j1], points[j0:j1]
+    for i in range(j1 - j0):
+        k = leaf[i] & INDEX
         if fill:
-            z0, z1, points[j] = point1_exp(code, p4, a[j] + u[k])
+            z0, z1, points[i] = point1_exp(code, p4, a[i] + u[k])
         else:
-            z0, z1 = point1(code, p4, a[j] + u[k])
+            z0, z1 = point1(code, p4, a[i] + u[k])
         if q >= 0:  # what the reverse sweep needs of this row at this step
-            keep_point(DER, q, j, z0, z1)
-        wj = w[j]
-        gg, h, wdg, wdh = step_derivs1(code, p4, y[j], wj, z0, z1)
+            keep_point(DER, q, j0 + i, z0, z1)
+        wj = w[i]
+        gg, h, wdg, wdh = step_derivs1(code, p4, y[i], wj, z0, z1)
         wg, wh = weighted(code, gg, h, wj, f32)
         pg[k] += wg
         ph[k] += wh if newton else wj
