@@ -199,7 +199,7 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
     S = qs.shape[0]
     B = GT.shape[1]
     newton = trees.newton[t0:t1]
-    single, nt = t1 - t0 == 1, trees.newton[t0]
+    single = t1 - t0 == 1
     lm, S_all = _leaf_major(t1 - t0, B), lay.step_ptr[t0 + 1] - lay.step_ptr[t0]
     leaf, leaf_off, out, stored, u_before = lay.leaf, lay.leaf_off, lay.out, sums.stored, sums.u_before
     DER, code, prm, y, w = cache.DER, loss.code, loss.prm, rows.y, rows.w
@@ -218,7 +218,7 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
         for s in range(S):
             q = qs[s]
             if q >= 0:
-                z0, z1 = DER[q, j, 0], (DER[q, j, 1] if DER.shape[2] > 1 else 0.0)
+                z0, z1 = kept_point(DER, q, j)
             else:  # at the row's margin in the step, as plain.row_adjoints computes it
                 m = A[jj, 0]
                 for t in range(t0, t1):
@@ -233,14 +233,14 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
                 if with_margins and with_weights:  # each adjoint read once for the two
                     for b in range(B):
                         gb, dd = GT[k, b], DT[k, b]
-                        aT[j, b] += gb * wdg + (dd if nt else 0.0) * wdh
-                        W[jj, b] += gb * g + (dd * h if nt else dd)
+                        aT[j, b] += gb * wdg + (dd if newton[0] else 0.0) * wdh
+                        W[jj, b] += gb * g + (dd * h if newton[0] else dd)
                 elif with_margins:
                     for b in range(B):
-                        aT[j, b] += GT[k, b] * wdg + (DT[k, b] if nt else 0.0) * wdh
+                        aT[j, b] += GT[k, b] * wdg + (DT[k, b] if newton[0] else 0.0) * wdh
                 elif with_weights:
                     for b in range(B):
-                        W[jj, b] += GT[k, b] * g + (DT[k, b] * h if nt else DT[k, b])
+                        W[jj, b] += GT[k, b] * g + (DT[k, b] * h if newton[0] else DT[k, b])
                 continue
             g, h, wdg, wdh = step_derivs1(code, p4, y[j, 0], w[j], z0, z1)
             for b in range(B):
