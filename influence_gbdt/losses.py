@@ -407,9 +407,13 @@ def point1_exp(code: int, prm: Params4, m: float) -> tuple[float, float, float]:
 @_inlined
 def derivs1_exp(code: int, prm: Params4, y: float, m: float) -> tuple[float, float, float, float, float]:
     """:func:`derivs1` at margin ``m`` and ``exp(m)``, the exponential shared as
-    :func:`point1_exp` shares it."""
+    :func:`point1_exp` shares it. Log loss's arithmetic is inlined (measured: a twelfth of
+    CatBoost's LeafRefit went to the call), the other losses' called."""
     z0, z1, em = point1_exp(code, prm, m)
-    g, h, dg, dh = _scalar(code, prm, y, z0, z1)
+    if code == LOGLOSS:
+        g, h, dg, dh = _logloss(prm, y, z0, z1)
+    else:
+        g, h, dg, dh = _scalar(code, prm, y, z0, z1)
     return g, h, dg, dh, em
 
 

@@ -73,6 +73,7 @@ from numba.extending import intrinsic
 from numpy.typing import NDArray
 
 from .. import _jit as numba
+from .indexing import INDEX
 
 _jit = numba.njit(cache=True, nogil=True)
 
@@ -385,32 +386,34 @@ def _ce_block(
     log_dl = np.empty(dl.shape[0], dtype=np.float32)
     for lf in range(dl.shape[0]):
         log_dl[lf] = fastlogf(dl[lf])
-    rows, leaf, prob, w = so.rows, so.leaf, so.prob, so.w  # (no array passed per row: refcounts)
+    # the block's positions counted from 0, leaves and rows indexed ``& INDEX``: no wrap-around
+    # (``indexing.INDEX``; no array passed per row: refcounts)
+    rows, leaf, prob, w = so.rows[j0:j1], so.leaf[j0:j1], so.prob[j0:j1], so.w[j0:j1]
     z = np.float32(0.0)
     a0, a1, a2, a3 = z, z, z, z
     c0, c1, c2, c3 = z, z, z, z
-    nv = j0 + (j1 - j0) - (j1 - j0) % 4
-    for j in range(j0, nv, 4):
-        lf = leaf[j]
-        a0 += w[j] * _ce_term(point[rows[j]], dl[lf], log_dl[lf], prob[j])
+    nv = (j1 - j0) - (j1 - j0) % 4
+    for j in range(0, nv, 4):
+        lf = leaf[j] & INDEX
+        a0 += w[j] * _ce_term(point[rows[j] & INDEX], dl[lf], log_dl[lf], prob[j])
         c0 += w[j]
-        lf = leaf[j + 1]
-        a1 += w[j + 1] * _ce_term(point[rows[j + 1]], dl[lf], log_dl[lf], prob[j + 1])
+        lf = leaf[j + 1] & INDEX
+        a1 += w[j + 1] * _ce_term(point[rows[j + 1] & INDEX], dl[lf], log_dl[lf], prob[j + 1])
         c1 += w[j + 1]
-        lf = leaf[j + 2]
-        a2 += w[j + 2] * _ce_term(point[rows[j + 2]], dl[lf], log_dl[lf], prob[j + 2])
+        lf = leaf[j + 2] & INDEX
+        a2 += w[j + 2] * _ce_term(point[rows[j + 2] & INDEX], dl[lf], log_dl[lf], prob[j + 2])
         c2 += w[j + 2]
-        lf = leaf[j + 3]
-        a3 += w[j + 3] * _ce_term(point[rows[j + 3]], dl[lf], log_dl[lf], prob[j + 3])
+        lf = leaf[j + 3] & INDEX
+        a3 += w[j + 3] * _ce_term(point[rows[j + 3] & INDEX], dl[lf], log_dl[lf], prob[j + 3])
         c3 += w[j + 3]
     s0 = 0.0
     s1 = 0.0
-    if nv > j0:
+    if nv > 0:
         s0 = 0.0 + np.float64((a0 + a1) + (a2 + a3))
         s1 = 0.0 + np.float64((c0 + c1) + (c2 + c3))
-    for j in range(nv, j1):
-        a = point[rows[j]]
-        lf = leaf[j]
+    for j in range(nv, j1 - j0):
+        a = point[rows[j] & INDEX]
+        lf = leaf[j] & INDEX
         non_exp = np.float64(log_dl[lf]) + np.float64(fastlogf(a))
         e = a * dl[lf]
         if abs(e) != math.inf:
@@ -428,11 +431,12 @@ def _poisson_block(
     point: NDArray[np.float64], dl: NDArray[np.float64], so: SumOrder, j0: int, j1: int,
 ) -> tuple[float, float]:
     """(Stats0, Stats1) of one Poisson block, all in double, positions in order."""
-    rows, leaf, y32, w = so.rows, so.leaf, so.prob, so.w
+    # positions counted from 0, rows and leaves indexed ``& INDEX`` (as in :func:`_ce_block`)
+    rows, leaf, y32, w = so.rows[j0:j1], so.leaf[j0:j1], so.prob[j0:j1], so.w[j0:j1]
     s0 = 0.0
     s1 = 0.0
-    for j in range(j0, j1):
-        e = point[rows[j]] * dl[leaf[j]]
+    for j in range(j1 - j0):
+        e = point[rows[j] & INDEX] * dl[leaf[j] & INDEX]
         wd = np.float64(w[j])
         s0 += (e - np.float64(y32[j]) * np.float64(fastlogf(e))) * wd
         s1 += wd

@@ -44,6 +44,7 @@ from .common import (
     per_row,
     step_point,
 )
+from .indexing import INDEX
 from .rowjobs import Work, step_sums
 from .state import Backtrack, Cache, Joint, Layout, LossSpec, Rows, Sums, Trees
 
@@ -493,15 +494,16 @@ def _tree_sums_in_row_order(
     same number (the two orders of addition mostly round alike)."""
     base = lay.leaf_off[t]
     newton = trees.newton[t]
+    u_t, sel_t, leaf = u[base:], sel[base:], lay.leaf[t]  # leaves indexed ``& INDEX``: no wrap-around
     for j in range(A.shape[0]):
         if j == i0:
             continue
-        lj = lay.leaf[t, j]
-        moved = all_moved or (track and sel[base + lj])
-        m = (A[j, 0] + delta[j, 0] if moved else A[j, 0]) + u[base + lj]
+        lj = leaf[j] & INDEX
+        moved = all_moved or (track and sel_t[lj])
+        m = (A[j, 0] + delta[j, 0] if moved else A[j, 0]) + u_t[lj]
         if fill:
             gg, hh, _, _, em = derivs1_exp(loss.code, prm, rows.y[j, 0], m)
-            mo = A[j, 0] + u[base + lj] + delta[j, 0] if moved else m  # the objective's order
+            mo = A[j, 0] + u_t[lj] + delta[j, 0] if moved else m  # the objective's order
             points[j] = em if mo == m else math.exp(mo)
         else:
             gg, hh, _, _ = derivs1(loss.code, prm, rows.y[j, 0], m)

@@ -42,7 +42,8 @@ from numpy.typing import NDArray
 from .. import _jit as numba
 from ..losses import LOGLOSS, Params4, params4, point1, sigmoid_pair, step_derivs1, step_logloss
 from . import team
-from .common import INDEX, every_step_cached, kept_point, per_row
+from .common import every_step_cached, kept_point, per_row
+from .indexing import INDEX
 from .plain import leaf_adjoints
 from .state import Cache, Layout, LossSpec, Rows, State, Sums, Trees, largest_round
 from .team import CHUNK_ROWS, barrier, n_chunks, own_rows
@@ -381,7 +382,7 @@ def _row_pass_one(
 # leaf-sum adjoints of G and H + lam by leaf; ``a_bar`` (n,) the rows' margin adjoints, ``w_bar``
 # (j1 - j0,) their weight adjoints, each updated (:func:`_row_step`); ``PT`` (chunks, leaves) the
 # chunks' leaf sums, gathered into if ``gather``. Each loop counts its rows from 0 over the arrays
-# sliced from row ``j0`` (see :data:`.common.INDEX`).
+# sliced from row ``j0`` (see :data:`.indexing.INDEX`).
 
 
 @_internal

@@ -21,8 +21,9 @@ from numpy.typing import NDArray
 from .. import _jit as numba
 from ..losses import grad_hess, jvp, params4, point, point1, point1_exp, step_derivs1, weighted
 from . import objective
-from .common import INDEX, cache_slot, clear_sums, keep_point, per_row, row_margin
+from .common import cache_slot, clear_sums, keep_point, per_row, row_margin
 from .fastobj import SumOrder, new_sum_order
+from .indexing import INDEX
 from .state import Backtrack, Cache, Joint, Layout, LossSpec, Rows, Sums, Trees
 from .team import CHUNK_ROWS, barrier, n_chunks, own_rows
 
@@ -145,7 +146,7 @@ def _sums_rows_one(
     w h (or w), and, for a tree of several steps (``multi``), w dg/du, w dh/du; ``points`` as
     :func:`_sums_rows`'s."""
     pg, ph, pdg, pdh = P[:, 0], P[:, 1], P[:, 2], P[:, 3]
-    # rows counted from 0, leaves indexed as never negative: see common.INDEX
+    # rows counted from 0, leaves indexed as never negative: see indexing.INDEX
     y, w, a, leaf, points = y[j0:j1], w[j0:j1], a[j0:j1], leaf[j0:j1], points[j0:j1]
     for i in range(j1 - j0):
         k = leaf[i] & INDEX
