@@ -422,8 +422,11 @@ def derivs1(code: int, prm: Params4, y: float, m: float) -> tuple[float, float, 
     """``(g, h, dg/dm, dh/dm)`` of a one-output loss at margin ``m``, all scalars (``h``
     unfloored): what :func:`point` then :func:`grad_hess` / :func:`jvp` compute, without the
     per-row arrays (the replay's, refit's and reverse sweep's hot loops for K = 1); ``prm`` from
-    :func:`params4`, taken once before the loop."""
+    :func:`params4`, taken once before the loop. Log loss's arithmetic is inlined (measured: LightGBM's
+    default LeafRefit spent a seventh of its time in the call), the other losses' called."""
     z0, z1 = point1(code, prm, m)
+    if code == LOGLOSS:
+        return _logloss(prm, y, z0, z1)
     return _scalar(code, prm, y, z0, z1)
 
 
