@@ -35,6 +35,16 @@ function of another module (every kernel calls the losses) must not keep running
 **Compiling is announced.** The first time a process compiles one of the package's kernels it
 says so in one line on stderr (what, why, about how long); ``INFLUENCE_GBDT_QUIET=1`` silences it.
 
+**The exponential.** numba binds the kernels' ``exp`` to its own helper, which calls the C
+library's. On Linux that helper was linked against glibc's oldest ``exp``, a wrapper that checks
+for SVID error handling around the computation (``__ieee754_exp``). Where glibc also offers the
+computation without a wrapper (``__exp_finite``, since glibc 2.15) and it returns the same bits
+as numba's ``exp`` on :data:`_EXP_PROBES`, the kernels' ``exp`` is bound to it instead
+(:data:`FAST_EXP`): the same results, about 1.7x faster per call (measured: 6.1-6.3 -> 3.6-3.7 ns),
+and the exponential is a fifth to a quarter of CatBoost's and LeafRefit's time. The binding is
+numba's, for the whole process: other numba code gets the same ``exp`` values faster, and no
+``errno`` on overflow (numba code cannot read it). ``INFLUENCE_GBDT_FAST_EXP=0`` keeps numba's.
+
 No kernel uses numba's ``parallel=True`` layer (whose ``workqueue`` backend aborts the process when
 two Python threads enter parallel code at once): kernels release the GIL and the engine runs them
 on its own threads, so several threads may score at the same time.
@@ -42,12 +52,15 @@ on its own threads, so several threads may score at the same time.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import importlib.util
 import json
+import math
 import os
 import re
 import shutil
+import struct
 import sys
 import tempfile
 import time
@@ -55,9 +68,11 @@ from collections.abc import Callable
 from typing import Any
 
 import numba as _numba
+from llvmlite import binding as _llvm
 from numba.core import caching as _caching
 from numba.core import event as _event
 from numba.core import types as _types
+from numba.core.registry import cpu_target as _cpu_target
 
 
 def _writable_dir(path: str) -> bool:
@@ -186,6 +201,42 @@ def _shipped_dir() -> tuple[str | None, tuple[Any, ...] | None]:
 
 
 SHIPPED_DIR, _SHIPPED_MAGIC = _shipped_dir()
+
+
+#: Where :func:`_bind_exp` checks that the two exponentials agree bit for bit: zeros, tiny and huge
+#: arguments (overflow to inf, underflow to subnormals and 0), infinities, NaN, and a grid.
+_EXP_PROBES = (0.0, -0.0, 1.0, -1.0, 2.0**-54, -(2.0**-54), 2.0**-60, 1e-300, -1e-300, 0.5, 709.78,
+               709.79, -708.4, -745.13, -745.14, 1e4, -1e4, math.inf, -math.inf, math.nan,
+               *(k * 0.731 - 37.0 for k in range(101)))
+
+
+def _bind_exp() -> bool:
+    """Bind the kernels' ``exp`` to glibc's ``__exp_finite`` where it returns what numba's ``exp``
+    returns on every probe, bit for bit; return whether it did (see the module docstring)."""
+    if not sys.platform.startswith("linux") or os.environ.get("INFLUENCE_GBDT_FAST_EXP") == "0":
+        return False
+    try:
+        libm = ctypes.CDLL("libm.so.6")
+        dlvsym = ctypes.CDLL(None).dlvsym  # glibc's; absent from other C libraries
+    except (OSError, AttributeError):
+        return False
+    dlvsym.restype = ctypes.c_void_p
+    dlvsym.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
+    fast = dlvsym(libm._handle, b"__exp_finite", b"GLIBC_2.15")
+    _cpu_target.target_context  # noqa: B018 -- numba binds its math functions when it sets up
+    current = _llvm.address_of_symbol("exp")
+    if not fast or not current:
+        return False
+    call = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double)
+    fast_exp, numba_exp = call(fast), call(current)
+    if any(struct.pack("<d", fast_exp(x)) != struct.pack("<d", numba_exp(x)) for x in _EXP_PROBES):
+        return False
+    _llvm.add_symbol("exp", fast)
+    return True
+
+
+#: Whether the kernels' ``exp`` is glibc's ``__exp_finite`` (see the module docstring).
+FAST_EXP: bool = _bind_exp()
 
 
 class _Locator(_caching._CacheLocator):

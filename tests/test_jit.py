@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import math
 import os
+import platform
 import shutil
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from influence_gbdt import losses
+from influence_gbdt import _jit, losses
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -211,3 +216,65 @@ def test_a_kernel_for_kernels_only_refuses_a_call_from_python() -> None:
     losses.Loss("logloss").values(np.zeros(3), np.zeros(3))  # a kernel calls point
     with pytest.raises(TypeError, match="cannot be called from Python"):
         losses.point(losses.LOGLOSS, np.array([1e-16, 1.0]), np.zeros(1), z)
+
+
+def _c_library_exp() -> Any:
+    """The C library's own ``exp`` through ctypes (its default version), or None."""
+    name = ctypes.util.find_library("m") or ("libm.so.6" if sys.platform.startswith("linux") else None)
+    if name is None:
+        return None
+    fn = ctypes.CDLL(name).exp
+    fn.restype, fn.argtypes = ctypes.c_double, [ctypes.c_double]
+    return fn
+
+
+@_jit.njit
+def _exp_all(x: np.ndarray, out: np.ndarray) -> None:
+    for i in range(x.shape[0]):
+        out[i] = math.exp(x[i])
+
+
+def test_the_kernels_exp_is_the_c_librarys_bit_for_bit() -> None:
+    # Whichever exp the kernels are bound to (_jit.FAST_EXP), it must return the C library's
+    # values exactly: random arguments over exp's whole range, its edges and special values.
+    c_exp = _c_library_exp()
+    if c_exp is None:
+        pytest.skip("no C math library to compare with")
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(size=20_000) * 30.0, rng.uniform(-760.0, 720.0, 20_000),
+                        rng.normal(size=2_000) * 1e-10, np.array(_jit._EXP_PROBES)])
+    out = np.empty_like(x)
+    _exp_all(x, out)
+    expected = np.array([c_exp(float(v)) for v in x])
+    assert np.array_equal(out.view(np.uint64), expected.view(np.uint64))
+    if platform.libc_ver()[0] == "glibc" and os.environ.get("INFLUENCE_GBDT_FAST_EXP") != "0":
+        assert _jit.FAST_EXP  # glibc 2.15 on has __exp_finite: the faster binding is taken
+
+
+def test_scores_do_not_depend_on_which_exp_the_kernels_call() -> None:
+    # The same LightGBM model scored by LeafInfluence and LeafRefit in two processes, one with
+    # the kernels' exp bound to glibc's __exp_finite (the default where it exists), one with
+    # numba's own binding: every score the same, bit for bit.
+    code = textwrap.dedent(
+        """
+        import hashlib
+        import numpy as np
+        from boosters import binary_data, classifier
+        from influence_gbdt import BoostingInfluence, _jit
+
+        X, y, X_test, y_test = binary_data(n=400)
+        model = classifier("lightgbm", X, y)
+        scores = [BoostingInfluence(model, method=m, progress=False).fit(X, y)
+                  .score_training_points(X_test[:5], y_test[:5]) for m in ("leaf_influence", "leaf_refit")]
+        digest = hashlib.sha256(b"".join(np.ascontiguousarray(s).tobytes() for s in scores))
+        print(_jit.FAST_EXP, digest.hexdigest())
+        """
+    )
+    outputs = []
+    for fast in ("1", "0"):
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "tests"), "INFLUENCE_GBDT_FAST_EXP": fast}
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        assert out.returncode == 0, out.stderr[-2000:]
+        outputs.append(out.stdout.split())
+    assert outputs[1][0] == "False"
+    assert outputs[0][1] == outputs[1][1]
