@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numba
 import numpy as np
 import pytest
 
@@ -228,7 +229,7 @@ def _c_library_exp() -> Any:
     return fn
 
 
-@_jit.njit
+@numba.njit  # numba's own decorator: the binding is numba's, for every kernel of the process
 def _exp_all(x: np.ndarray, out: np.ndarray) -> None:
     for i in range(x.shape[0]):
         out[i] = math.exp(x[i])
