@@ -407,13 +407,9 @@ def point1_exp(code: int, prm: Params4, m: float) -> tuple[float, float, float]:
 @_inlined
 def derivs1_exp(code: int, prm: Params4, y: float, m: float) -> tuple[float, float, float, float, float]:
     """:func:`derivs1` at margin ``m`` and ``exp(m)``, the exponential shared as
-    :func:`point1_exp` shares it. Log loss's arithmetic is inlined (measured: a twelfth of
-    CatBoost's LeafRefit went to the call), the other losses' called."""
+    :func:`point1_exp` shares it."""
     z0, z1, em = point1_exp(code, prm, m)
-    if code == LOGLOSS:
-        g, h, dg, dh = _logloss(prm, y, z0, z1)
-    else:
-        g, h, dg, dh = _scalar(code, prm, y, z0, z1)
+    g, h, dg, dh = _scalar_logloss_inlined(code, prm, y, z0, z1)
     return g, h, dg, dh, em
 
 
@@ -422,9 +418,18 @@ def derivs1(code: int, prm: Params4, y: float, m: float) -> tuple[float, float, 
     """``(g, h, dg/dm, dh/dm)`` of a one-output loss at margin ``m``, all scalars (``h``
     unfloored): what :func:`point` then :func:`grad_hess` / :func:`jvp` compute, without the
     per-row arrays (the replay's, refit's and reverse sweep's hot loops for K = 1); ``prm`` from
-    :func:`params4`, taken once before the loop. Log loss's arithmetic is inlined (measured: LightGBM's
-    default LeafRefit spent a seventh of its time in the call), the other losses' called."""
+    :func:`params4`, taken once before the loop."""
     z0, z1 = point1(code, prm, m)
+    return _scalar_logloss_inlined(code, prm, y, z0, z1)
+
+
+@_inlined
+def _scalar_logloss_inlined(
+    code: int, prm: Params4, y: float, z0: float, z1: float
+) -> tuple[float, float, float, float]:
+    """:func:`_scalar`, log loss's arithmetic inlined where this is called (in a row loop: the call
+    per row cost a twelfth of CatBoost's LeafRefit and a seventh of LightGBM's), the other losses'
+    called."""
     if code == LOGLOSS:
         return _logloss(prm, y, z0, z1)
     return _scalar(code, prm, y, z0, z1)

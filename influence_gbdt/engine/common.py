@@ -20,7 +20,6 @@ ALL = 0
 NONE = 1
 TOPK = 2
 
-
 _jit = numba.njit(cache=True, nogil=True)
 #: Functions only compiled code calls: no Python wrapper to compile (see ``_jit.njit``).
 _internal = numba.njit(cache=True, nogil=True, internal=True)

@@ -3,7 +3,7 @@ the engine."""
 
 from __future__ import annotations
 
-#: ``k & INDEX`` is ``k`` for an index that is never negative (a leaf, a chunk; below 2**31). A row
+#: ``k & INDEX`` is ``k`` for an index that is never negative (a leaf, a row, a chunk; below 2**31). A row
 #: loop that starts at a thread's or chunk's first row ``j0`` pays numba's wrap-around of negative
 #: indices (the array's length added to each) at every access, the lengths reloaded from memory:
 #: the compiler cannot prove ``j0`` non-negative. The hot loops instead count their rows from 0
