@@ -345,32 +345,38 @@ def _row_pass_one(
     first, qs = _round_steps(lay, trees, cache, r)
     newton = trees.newton[t0]
     leaf, DER = lay.leaf, cache.DER
-    code, y, w = loss.code, rows.y[:, 0], rows.w
+    # Each (rows, 1) array of the one objective as a contiguous (rows,) view: the loops then index
+    # them without a stride (measured on Adult's LightGBM default, one test point's sweep on one
+    # thread: 16.2 -> 13.2 ms; the strides had kept the loop's values from fitting in registers).
+    n = aT.shape[0]
+    y, a_bar, w_bar = rows.y.reshape(n), aT.reshape(n), W.reshape(W.shape[0])
+    A, GT, DT = A.reshape(A.shape[0]), GT.reshape(GT.shape[0]), DT.reshape(DT.shape[0])
+    sums_c = PT.reshape(PT.shape[0], PT.shape[1])
+    code, w = loss.code, rows.w
     p4 = params4(loss.prm)  # a call per row given an array would count references to it
     tg = lay.round_ptr[r - 1] if gather else t0  # the next round's tree (its leaves are the round's)
-    leaves, nexts, a_bar, w_bar, sums_c = leaf[t0], leaf[tg], aT[:, 0], W[:, 0], PT[:, :, 0]
+    leaves, nexts = leaf[t0], leaf[tg]
     if every and qs.shape[0] == 1 and code == LOGLOSS:  # every log loss default of LightGBM and XGBoost
         # (called here, not from the loop below: measured 1.07x faster)
         f0 = first[0, 0] - base
-        _kept_logloss(p4, y, w, DER[qs[0]], leaves, nexts, GT[f0:, 0], DT[f0:, 0], newton, a_bar, w_bar,
-                      sums_c, j0, j1, gather)
+        _kept_logloss(p4, y, w, DER[qs[0]], leaves, nexts, GT[f0:], DT[f0:], newton, a_bar, w_bar, sums_c,
+                      j0, j1, gather)
         return
     if not every:  # the margins entering the round, for the steps not cached
         stored = sums.stored[lay.leaf_off[t0] : lay.leaf_off[t0 + 1]]
         for j in range(j0, j1):
-            A[j - j0, 0] += -1.0 * stored[leaves[j]]
+            A[j - j0] += -1.0 * stored[leaves[j]]
     S = qs.shape[0]
     for s in range(S):
         f, q = first[s, 0], qs[s]
-        gt, dt, u, last = GT[f - base :, 0], DT[f - base :, 0], sums.u_before[f:], gather and s == S - 1
+        gt, dt, u, last = GT[f - base :], DT[f - base :], sums.u_before[f:], gather and s == S - 1
         if code != LOGLOSS:
-            _any_step(code, p4, y, w, DER, q, A[:, 0], u, leaves, nexts, gt, dt, newton, a_bar, w_bar, sums_c,
-                      j0, j1, last)
+            _any_step(code, p4, y, w, DER, q, A, u, leaves, nexts, gt, dt, newton, a_bar, w_bar, sums_c, j0,
+                      j1, last)
         elif q >= 0:
             _kept_logloss(p4, y, w, DER[q], leaves, nexts, gt, dt, newton, a_bar, w_bar, sums_c, j0, j1, last)
         else:
-            _margin_logloss(p4, y, w, A[:, 0], u, leaves, nexts, gt, dt, newton, a_bar, w_bar, sums_c, j0, j1,
-                            last)
+            _margin_logloss(p4, y, w, A, u, leaves, nexts, gt, dt, newton, a_bar, w_bar, sums_c, j0, j1, last)
 
 
 # One leaf step of a round of one tree, rows ``j0 .. j1 - 1``, in three loops by where the rows'
@@ -392,9 +398,25 @@ def _kept_logloss(
     newton: bool, a_bar: NDArray[np.float64], w_bar: NDArray[np.float64], PT: NDArray[np.float64], j0: int,
     j1: int, gather: bool,
 ) -> None:
-    """Log loss, from the points kept (p, 1 - p): no call in the loop."""
+    """Log loss, from the points kept (p, 1 - p): no call in the loop. The common case (a Newton
+    step whose rows are gathered) has a loop of its own, compiled with both flags known (measured:
+    one test point's sweep 13.1 -> 12.6 ms, as above)."""
     y, w, kept, leaf, leaf_next = y[j0:j1], w[j0:j1], kept[j0:j1], leaf[j0:j1], leaf_next[j0:j1]
     a_bar = a_bar[j0:j1]
+    if newton and gather:
+        _kept_rows(p4, y, w, kept, leaf, leaf_next, gt, dt, True, a_bar, w_bar, PT, j0, j1, True)
+    else:
+        _kept_rows(p4, y, w, kept, leaf, leaf_next, gt, dt, newton, a_bar, w_bar, PT, j0, j1, gather)
+
+
+@per_row
+def _kept_rows(
+    p4: Params4, y: NDArray[np.float64], w: NDArray[np.float64], kept: NDArray[np.float64],
+    leaf: NDArray[np.int32], leaf_next: NDArray[np.int32], gt: NDArray[np.float64], dt: NDArray[np.float64],
+    newton: bool, a_bar: NDArray[np.float64], w_bar: NDArray[np.float64], PT: NDArray[np.float64], j0: int,
+    j1: int, gather: bool,
+) -> None:
+    """:func:`_kept_logloss`'s loop (its arrays from row ``j0``)."""
     for i in range(j1 - j0):
         g, h, wdg, wdh = step_logloss(p4, y[i], w[i], kept[i, 0], kept[i, 1])
         _row_step(i, j0, g, h, wdg, wdh, leaf, leaf_next, gt, dt, newton, a_bar, w_bar, PT, gather)
