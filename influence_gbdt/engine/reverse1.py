@@ -404,22 +404,13 @@ def _kept_logloss(
     y, w, kept, leaf, leaf_next = y[j0:j1], w[j0:j1], kept[j0:j1], leaf[j0:j1], leaf_next[j0:j1]
     a_bar = a_bar[j0:j1]
     if newton and gather:
-        _kept_rows(p4, y, w, kept, leaf, leaf_next, gt, dt, True, a_bar, w_bar, PT, j0, j1, True)
+        for i in range(j1 - j0):
+            g, h, wdg, wdh = step_logloss(p4, y[i], w[i], kept[i, 0], kept[i, 1])
+            _row_step(i, j0, g, h, wdg, wdh, leaf, leaf_next, gt, dt, True, a_bar, w_bar, PT, True)
     else:
-        _kept_rows(p4, y, w, kept, leaf, leaf_next, gt, dt, newton, a_bar, w_bar, PT, j0, j1, gather)
-
-
-@per_row
-def _kept_rows(
-    p4: Params4, y: NDArray[np.float64], w: NDArray[np.float64], kept: NDArray[np.float64],
-    leaf: NDArray[np.int32], leaf_next: NDArray[np.int32], gt: NDArray[np.float64], dt: NDArray[np.float64],
-    newton: bool, a_bar: NDArray[np.float64], w_bar: NDArray[np.float64], PT: NDArray[np.float64], j0: int,
-    j1: int, gather: bool,
-) -> None:
-    """:func:`_kept_logloss`'s loop (its arrays from row ``j0``)."""
-    for i in range(j1 - j0):
-        g, h, wdg, wdh = step_logloss(p4, y[i], w[i], kept[i, 0], kept[i, 1])
-        _row_step(i, j0, g, h, wdg, wdh, leaf, leaf_next, gt, dt, newton, a_bar, w_bar, PT, gather)
+        for i in range(j1 - j0):
+            g, h, wdg, wdh = step_logloss(p4, y[i], w[i], kept[i, 0], kept[i, 1])
+            _row_step(i, j0, g, h, wdg, wdh, leaf, leaf_next, gt, dt, newton, a_bar, w_bar, PT, gather)
 
 
 @_internal
