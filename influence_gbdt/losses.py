@@ -337,9 +337,17 @@ def sigmoid_pair(x: float) -> tuple[float, float]:
 def sigmoid_pair_exp(x: float) -> tuple[float, float, float]:
     """:func:`sigmoid_pair` and the exponential it takes, ``exp(-|x|)``."""
     e = math.exp(-abs(x))
+    z0, z1 = sigmoid_pair_of(x, e)
+    return z0, z1, e
+
+
+@_inlined
+def sigmoid_pair_of(x: float, e: float) -> tuple[float, float]:
+    """:func:`sigmoid_pair` of ``x`` from ``e = exp(-|x|)``, taken by the caller (which may take
+    several rows' exponentials side by side)."""
     big = 1.0 / (1.0 + e)
     small = e / (1.0 + e)
-    return (big, small, e) if x >= 0.0 else (small, big, e)
+    return (big, small) if x >= 0.0 else (small, big)
 
 
 @_internal
