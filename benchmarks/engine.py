@@ -7,6 +7,9 @@ warm-up call on a tiny problem. Targets on a 2-core machine (issue 2): one test 
 A second table runs the same operations on 1, 2, 4, ... threads up to the machine's cores, each
 row printed as it is measured (issue 27's many-core table: ``--n 300000 --scaling-only``, with
 ``--threads 1,4,16`` to choose the counts and ``--refit-rows`` the rows LeafRefit deletes).
+``--ceiling`` adds the machine's own scaling on the same team of threads: a loop of independent
+exponentials and divisions on data each thread keeps in its L1 cache (no memory traffic), and a
+plain read of 1.6 GB; what the engine's speed-ups are to be compared with.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ import argparse
 import os
 import time
 
+import numba
 import numpy as np
 
-from influence_gbdt.engine import InfluenceEngine, TestPoints
+from influence_gbdt.engine import InfluenceEngine, TestPoints, team
 from influence_gbdt.ensemble import TreeEnsemble
 
 
@@ -75,6 +79,8 @@ def main() -> None:
                         help="print only the thread-scaling table (what a many-core machine is lent for)")
     parser.add_argument("--refit-rows", type=int, default=64,
                         help="rows removed by the scaling table's leaf_refit (default 64)")
+    parser.add_argument("--ceiling", action="store_true",
+                        help="also print the machine's own scaling (arithmetic alone, a plain read)")
     args = parser.parse_args()
 
     warm, warm_test = synthetic(200, 3, 4, 5)
@@ -98,6 +104,8 @@ def main() -> None:
     refit_rows = np.arange(0, args.n, max(1, args.n // args.refit_rows))[: args.refit_rows]
     if args.scaling_only:
         thread_scaling(engine.ensemble, sub, refit_rows, counts, setup)
+        if args.ceiling:
+            machine_ceiling(counts)
         return
     results = [
         ("replay + caches (once per model)", "s", setup, ""),
@@ -171,6 +179,8 @@ def main() -> None:
     for name, unit, sec, target in results:
         print(f"| {name} | {sec:.4g} | {unit} | {target} |")
     thread_scaling(engine.ensemble, sub, refit_rows, counts, setup)
+    if args.ceiling:
+        machine_ceiling(counts)
 
 
 def thread_counts() -> list[int]:
@@ -202,6 +212,59 @@ def thread_scaling(ensemble: TreeEnsemble, sub, rows: np.ndarray, counts: list[i
         first = table[counts[0]]
         cells = [f"{t:.4g} ({first[i] / t:.2f}x)" for i, t in enumerate(table[k])]
         print(f"| {k} | " + " | ".join(cells) + " |", flush=True)
+
+
+@numba.njit(nogil=True)
+def _arithmetic(tid: int, n_team: int, bar: np.ndarray, x: np.ndarray, passes: int, out: np.ndarray) -> None:
+    """``passes`` passes over ``x`` (4,096 rows: 32 KB, in the L1 cache), shared out over the team:
+    per row an exponential and two divisions, independent between rows (as the engine's log-loss
+    rows are). ``out[tid]`` keeps the sum so the work is not optimized away."""
+    s = 0.0
+    for _ in range(tid * passes // n_team, (tid + 1) * passes // n_team):
+        for v in x:
+            e = np.exp(v)
+            s += e / (1.0 + e) + 1.0 / (1.0 + e)
+    out[tid] = s
+
+
+@numba.njit(nogil=True)
+def _plain_read(tid: int, n_team: int, bar: np.ndarray, big: np.ndarray, out: np.ndarray) -> None:
+    """Sum this thread's contiguous share of ``big`` (four sums side by side, so the read bounds it)."""
+    n = big.size
+    j0, j1 = tid * n // n_team, (tid + 1) * n // n_team
+    s0 = s1 = s2 = s3 = 0.0
+    j = j0
+    while j + 4 <= j1:
+        s0 += big[j]
+        s1 += big[j + 1]
+        s2 += big[j + 2]
+        s3 += big[j + 3]
+        j += 4
+    while j < j1:
+        s0 += big[j]
+        j += 1
+    out[tid] = s0 + s1 + s2 + s3
+
+
+def machine_ceiling(counts: list[int]) -> None:
+    """The machine's own speed-ups on the engine's team of threads (:func:`team.run`): arithmetic
+    alone, and a plain read of memory; each the best of 5, printed per thread count."""
+    x = np.linspace(-4.0, 4.0, 4096)
+    big = np.ones(200_000_000)  # 1.6 GB, far beyond any cache
+    out = np.zeros(max(counts))
+    passes = 20_000  # 82 million rows: ~0.5 s on one thread
+    team.run(_arithmetic, 1, x, 2, out)
+    team.run(_plain_read, 1, big[:64], out)
+    print("\nThe machine's own scaling on the same team (best of 5; the speed-up over the first row):\n")
+    print("| threads | arithmetic alone (ns per row, all threads together) | plain read (GB/s) |")
+    print("|---:|---:|---:|", flush=True)
+    first: tuple[float, float] | None = None
+    for k in counts:
+        t_math = timed(lambda k=k: team.run(_arithmetic, k, x, passes, out), 5)
+        t_read = timed(lambda k=k: team.run(_plain_read, k, big, out), 5)
+        first = first or (t_math, t_read)
+        print(f"| {k} | {t_math / (passes * x.size) * 1e9:.3g} ({first[0] / t_math:.2f}x) "
+              f"| {big.nbytes / t_read / 1e9:.3g} ({first[1] / t_read:.2f}x) |", flush=True)
 
 
 if __name__ == "__main__":
