@@ -228,6 +228,26 @@ def _arithmetic(tid: int, n_team: int, bar: np.ndarray, x: np.ndarray, passes: i
 
 
 @numba.njit(nogil=True)
+def _arithmetic_rounds(
+    tid: int, n_team: int, bar: np.ndarray, x: np.ndarray, rounds: int, passes: int, out: np.ndarray
+) -> None:
+    """The same arithmetic as :func:`_arithmetic` in ``rounds`` rounds of ``passes`` passes over
+    ``x``, each thread its contiguous share of ``x`` and two barriers a round: the sweep's shape
+    (:mod:`influence_gbdt.engine.reverse1`) without its memory traffic or its one thread's leaf
+    level."""
+    j0, j1 = tid * x.size // n_team, (tid + 1) * x.size // n_team
+    s = 0.0
+    for _ in range(rounds):
+        for _ in range(passes):
+            for j in range(j0, j1):
+                e = np.exp(x[j])
+                s += e / (1.0 + e) + 1.0 / (1.0 + e)
+        team.barrier(bar, n_team)
+        team.barrier(bar, n_team)
+    out[tid] = s
+
+
+@numba.njit(nogil=True)
 def _plain_read(tid: int, n_team: int, bar: np.ndarray, big: np.ndarray, out: np.ndarray) -> None:
     """Sum this thread's contiguous share of ``big`` (four sums side by side, so the read bounds it)."""
     n = big.size
@@ -248,23 +268,29 @@ def _plain_read(tid: int, n_team: int, bar: np.ndarray, big: np.ndarray, out: np
 
 def machine_ceiling(counts: list[int]) -> None:
     """The machine's own speed-ups on the engine's team of threads (:func:`team.run`): arithmetic
-    alone, and a plain read of memory; each the best of 5, printed per thread count."""
+    alone, the same in the sweep's rounds (100 rounds of ~300,000 rows, two barriers each), and a
+    plain read of memory; each the best of 5, printed per thread count."""
     x = np.linspace(-4.0, 4.0, 4096)
+    x_rounds = np.linspace(-4.0, 4.0, 65_536)  # 512 KB, in each core's L2 cache; x 5 passes a round
     big = np.ones(200_000_000)  # 1.6 GB, far beyond any cache
     out = np.zeros(max(counts))
     passes = 20_000  # 82 million rows: ~0.5 s on one thread
     team.run(_arithmetic, 1, x, 2, out)
+    team.run(_arithmetic_rounds, 1, x_rounds[:64], 1, 1, out)
     team.run(_plain_read, 1, big[:64], out)
     print("\nThe machine's own scaling on the same team (best of 5; the speed-up over the first row):\n")
-    print("| threads | arithmetic alone (ns per row, all threads together) | plain read (GB/s) |")
-    print("|---:|---:|---:|", flush=True)
-    first: tuple[float, float] | None = None
+    print("| threads | arithmetic alone (ns per row, all threads together) | the same in rounds (s) "
+          "| plain read (GB/s) |")
+    print("|---:|---:|---:|---:|", flush=True)
+    first: tuple[float, ...] | None = None
     for k in counts:
         t_math = timed(lambda k=k: team.run(_arithmetic, k, x, passes, out), 5)
+        t_rounds = timed(lambda k=k: team.run(_arithmetic_rounds, k, x_rounds, 100, 5, out), 5)
         t_read = timed(lambda k=k: team.run(_plain_read, k, big, out), 5)
-        first = first or (t_math, t_read)
+        first = first or (t_math, t_rounds, t_read)
         print(f"| {k} | {t_math / (passes * x.size) * 1e9:.3g} ({first[0] / t_math:.2f}x) "
-              f"| {big.nbytes / t_read / 1e9:.3g} ({first[1] / t_read:.2f}x) |", flush=True)
+              f"| {t_rounds:.4g} ({first[1] / t_rounds:.2f}x) "
+              f"| {big.nbytes / t_read / 1e9:.3g} ({first[2] / t_read:.2f}x) |", flush=True)
 
 
 if __name__ == "__main__":
