@@ -19,7 +19,7 @@ from engine_reference import Spec, balanced_counts, balanced_weights, loss_value
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from influence_gbdt.engine import InfluenceEngine, TestPoints, reverse1
+from influence_gbdt.engine import InfluenceEngine, TestPoints, resolve_rows, reverse1
 from influence_gbdt.engine.core import _team_batches
 from influence_gbdt.engine.leafrows import leaf_rows
 from influence_gbdt.engine.team import CHUNK_ROWS
@@ -546,6 +546,24 @@ def test_self_check_detects_a_wrong_leaf_value() -> None:
     assert engine.relative_residual > 1e-5
     with pytest.raises(ReproductionError, match=r"not reproduced.*check the weights"):
         engine.check_reproduction(rtol=1e-9, hint="check the weights")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 50), st.data())
+def test_training_rows_resolve_as_python_indexes_a_list(n: int, data: st.DataObject) -> None:
+    """Indices (negative from the end), masks and None give the rows Python's own indexing of a
+    list of ``n`` rows gives; the caller's array is left as it was; out of range is refused."""
+    rows = list(range(n))
+    picked = data.draw(st.lists(st.integers(-n, n - 1), max_size=20))
+    given_rows = np.array(picked, dtype=data.draw(st.sampled_from([np.int64, np.int32, np.int16])))
+    before = given_rows.copy()
+    assert resolve_rows(given_rows, n).tolist() == [rows[i] for i in picked]
+    assert np.array_equal(given_rows, before)
+    mask = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    assert resolve_rows(mask, n).tolist() == [r for r, keep in zip(rows, mask, strict=True) if keep]
+    assert resolve_rows(None, n).tolist() == rows
+    with pytest.raises(InputError, match="out of range"):
+        resolve_rows(np.array([data.draw(st.sampled_from([n, -n - 1]))]), n)
 
 
 def test_bad_inputs_are_refused() -> None:

@@ -762,7 +762,11 @@ def resolve_rows(rows: ArrayLike | None, n: int) -> NDArray[np.int64]:
         return np.flatnonzero(idx).astype(np.int64)
     if idx.ndim != 1 or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
         raise InputError("Training rows must be a 1-d array of integer indices or a boolean mask.")
-    idx = idx.astype(np.int64)
-    if idx.size and (idx.min() < -n or idx.max() >= n):
-        raise InputError(f"Training row index out of range for {n} training rows.")
-    return np.where(idx < 0, idx + n, idx)
+    idx = idx.astype(np.int64)  # a new array: the caller's stays as it was
+    if idx.size:
+        lo, hi = idx.min(), idx.max()
+        if lo < -n or hi >= n:
+            raise InputError(f"Training row index out of range for {n} training rows.")
+        if lo < 0:  # (the common case, indices from 0, skips this pass and its temporaries)
+            idx[idx < 0] += n
+    return idx
