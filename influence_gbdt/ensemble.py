@@ -77,6 +77,7 @@ from row *counts*; float32 rounding is not differentiated) and through the base 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Literal
 
 import numpy as np
@@ -324,9 +325,10 @@ class TreeEnsemble:
         """Effective training weights ``w = d * objective_factor[group]``, shape (n,)."""
         return self.dataset_weight * self.objective_factor[self.weight_group]
 
-    @property
+    @cached_property
     def weight_factor(self) -> NDArray[np.float64]:
-        """``d w / d v`` per row, ``dataset_factor * objective_factor`` of its group, shape (n,)."""
+        """``d w / d v`` per row, ``dataset_factor * objective_factor`` of its group, shape (n,)
+        (computed once: every scoring call reads it)."""
         return (self.dataset_factor * self.objective_factor)[self.weight_group]
 
     def head(self, n_trees: int) -> TreeEnsemble:
