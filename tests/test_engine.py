@@ -220,8 +220,9 @@ def test_a_batch_scores_each_point_as_its_own_sweep_for_any_thread_count(
     name: str, n: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Bit for bit, not within a tolerance: test points swept together (for one-output models in
-    the batched layout of ``engine.reverse1``, weight adjoints summed after the sweep) get the
-    scores each gets from a sweep of its own, on 1, 2, 3 or 4 threads (a point alone or the
+    the batched layout of ``engine.reverse1``, weight adjoints summed in the sweep, or after it for
+    a log-loss model's batch of more than ``reverse1.DEFER_ABOVE``, or of 3 with that lowered) get
+    the scores each gets from a sweep of its own, on 1, 2, 3 or 4 threads (a point alone or the
     aggregate: one sweep whose rows the threads split, in 4 chunks for the larger ``n``), in
     batches of 3 or all 11 (swept 16 wide: ``reverse1.padded``), with the derivative cache full,
     half or absent."""
@@ -250,6 +251,9 @@ def test_a_batch_scores_each_point_as_its_own_sweep_for_any_thread_count(
             with monkeypatch.context() as patch:  # no memory to keep the steps: weights summed in the sweep
                 patch.setattr(reverse1, "KEPT_BYTES", 0.0)
                 np.testing.assert_array_equal(eng.influence_reverse(test, chunk_size=m, **kw), alone)
+            with monkeypatch.context() as patch:  # a log-loss model's weights after the sweep, any batch
+                patch.setattr(reverse1, "DEFER_ABOVE", 0)
+                np.testing.assert_array_equal(eng.influence_reverse(test, chunk_size=3, **kw), alone)
 
 
 @given(st.integers(1, 400), st.integers(1, 100))
