@@ -300,8 +300,8 @@ def _logloss_batch(
     computed in a loop of their own first) ran 0.127-0.134 s and compiled ~2 s longer where the
     wheel's kernels cannot be used (the first use of a binary model there, ~24 s; see
     docs/performance.md)."""
-    if with_margins and with_weights:
-        _logloss_both(p4, y, w, kept, leaf_t, k0, GT, DT, aT, W, j0, j1, leaf_next, PT)
+    if with_margins and with_weights:  # each row's point, leaf and step adjoints read once for both
+        _step_batch(LOGLOSS, p4, y, w, kept, leaf_t, k0, GT, DT, True, aT, W, j0, j1, leaf_next, PT)
     elif with_margins:
         _logloss_margins(p4, y, w, kept, leaf_t, k0, GT, DT, aT, j0, j1, leaf_next, PT)
     elif with_weights:
@@ -323,11 +323,14 @@ def _step_batch(
     """:func:`_row_pass`, margins and weights, for a round of one tree (leaves ``leaf_t``; its
     step-leaf slots are rows ``k0 ..`` of ``GT``, ``DT``) taking one step whose points the cache
     keeps (``kept`` (n, point size)), any loss, Newton or gradient (squared error, the regressors'
-    default, among them): the general loop's sums in the same order, in :func:`_logloss_both`'s
-    one pass. Measured on Adult (two threads, best of 7, two alternating runs, with the weights
-    summed after the sweep before): LightGBM's default regressor, 4 test points 93-134 -> 30-47 ms,
-    16: 144-157 -> 42-66 ms; XGBoost's, 4: 141-151 -> 40-45 ms; CatBoost's (one run), 8: 1.40 ->
-    0.44 s."""
+    default, among them; log loss's from :func:`_logloss_batch`): the general loop's sums in the
+    same order, in one pass over the rows. Measured on Adult (two threads, best of 7, two
+    alternating runs, with the weights summed after the sweep before): LightGBM's default
+    regressor, 4 test points 93-134 -> 30-47 ms, 16: 144-157 -> 42-66 ms; XGBoost's, 4: 141-151 ->
+    40-45 ms; CatBoost's (one run), 8: 1.40 -> 0.44 s. LightGBM's default classifier, two test
+    points on one thread, four alternating runs: 39.7-45.7 -> 31.9-33.0 ms, through a log-loss
+    loop of its own; this one, six alternating runs against it, best 37.3 against 32.7 ms for two
+    points, 45.4 against 38.9 for four, medians 2-6% apart, within each version's own +-30%."""
     B = GT.shape[1]
     for j in range(j0, j1):
         z0, z1 = kept[j, 0], (kept[j, 1] if kept.shape[1] > 1 else 0.0)
@@ -365,32 +368,6 @@ def _logloss_margins(
             a = aT[j, b] + (GT[k, b] * wdg + DT[k, b] * wdh)
             aT[j, b] = a
             PT[c, gl, b] += a
-
-
-@_internal
-def _logloss_both(
-    p4: Params4, y: NDArray[np.float64], w: NDArray[np.float64], kept: NDArray[np.float64],
-    leaf_t: NDArray[np.int32], k0: int, GT: NDArray[np.float64], DT: NDArray[np.float64],
-    aT: NDArray[np.float64], W: NDArray[np.float64], j0: int, j1: int, leaf_next: NDArray[np.int32],
-    PT: NDArray[np.float64],
-) -> None:
-    """:func:`_logloss_margins` and :func:`_logloss_batch`'s weight adjoints ``W[j - j0]`` (B,) in
-    one pass over the rows: each row's point, leaf and step adjoints read once for both (measured
-    on Adult's LightGBM default, two test points on one thread, four alternating runs: 39.7-45.7 ->
-    31.9-33.0 ms)."""
-    B = GT.shape[1]
-    for j in range(j0, j1):
-        g, h, wdg, wdh = step_logloss(p4, y[j, 0], w[j], kept[j, 0], kept[j, 1])
-        k = k0 + leaf_t[j]
-        c = j // CHUNK_ROWS
-        gl = leaf_next[j]
-        jj = j - j0
-        for b in range(B):
-            gb, dd = GT[k, b], DT[k, b]
-            a = aT[j, b] + (gb * wdg + dd * wdh)
-            aT[j, b] = a
-            PT[c, gl, b] += a
-            W[jj, b] += gb * g + dd * h
 
 
 @_internal
