@@ -190,7 +190,9 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
 ) -> None:
     """Rows ``j0 .. j1 - 1`` through round ``r``'s row level, from its steps' leaf-sum adjoints
     ``GT``, ``DT`` (step-leaf slot - ``base``, B): each row's margin adjoints ``aT[j]`` (B,) if
-    ``with_margins``, its weight adjoints ``W[j - j0]`` (B,) if ``with_weights``, then (if
+    ``with_margins``, its weight adjoints ``W[j - j0]`` (B,) if ``with_weights`` (one of them
+    alone only for the rounds :func:`_logloss_batch` takes: the weights are summed after the sweep
+    only for models whose rounds are all such, see :func:`_weights_in_fours`), then (if
     ``gather``) its margin adjoints into round ``r - 1``'s leaves, the sums of its chunk ``PT[j //
     CHUNK_ROWS]`` (leaves of the round, B). ``A`` (j1 - j0, 1) holds the rows' margins leaving
     round ``r`` unless ``every`` step is cached, and those entering it on return. The sums run in
@@ -212,7 +214,7 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
         _logloss_batch(p4, y, w, DER[qs[0]], leaf[t0], first[0, 0] - base, GT, DT, aT, with_margins, W,
                        with_weights, j0, j1, leaf[g0], PT)
         return
-    if with_margins and with_weights and every and single and S == 1 and g1 - g0 <= 1:  # see _step_batch
+    if every and single and S == 1 and g1 - g0 <= 1:  # see _step_batch
         _step_batch(code, p4, y, w, DER[qs[0]], leaf[t0], first[0, 0] - base, GT, DT, newton[0], aT, W, j0,
                     j1, leaf[g0], PT)
         return
@@ -236,17 +238,10 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
                 # (written out: an inlined function given the arrays counted references to them at
                 # each row and step, atomically: measured 2.9x slower, CatBoost's default with two
                 # objectives)
-                if with_margins and with_weights:  # each adjoint read once for the two
-                    for b in range(B):
-                        gb, dd = GT[k, b], DT[k, b]
-                        aT[j, b] += gb * wdg + (dd if newton[0] else 0.0) * wdh
-                        W[jj, b] += gb * g + (dd * h if newton[0] else dd)
-                elif with_margins:
-                    for b in range(B):
-                        aT[j, b] += GT[k, b] * wdg + (DT[k, b] if newton[0] else 0.0) * wdh
-                elif with_weights:
-                    for b in range(B):
-                        W[jj, b] += GT[k, b] * g + (DT[k, b] * h if newton[0] else DT[k, b])
+                for b in range(B):  # each adjoint read once for the two
+                    gb, dd = GT[k, b], DT[k, b]
+                    aT[j, b] += gb * wdg + (dd if newton[0] else 0.0) * wdh
+                    W[jj, b] += gb * g + (dd * h if newton[0] else dd)
                 continue
             g, h, wdg, wdh = step_derivs1(code, p4, y[j, 0], w[j], z0, z1)
             for b in range(B):
@@ -263,10 +258,8 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
                         acc += gb * g + dd * h
                     else:
                         acc += gb * g + dd
-                if with_weights:
-                    W[jj, b] += acc
-                if with_margins:
-                    aT[j, b] += beta * wdg + gamma * wdh
+                W[jj, b] += acc
+                aT[j, b] += beta * wdg + gamma * wdh
         c = j // CHUNK_ROWS
         for t in range(g0, g1):
             gl = leaf_off[t] - grl0 + leaf[t, j]
