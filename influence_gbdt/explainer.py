@@ -97,8 +97,10 @@ class BoostingInfluence:
         splits each pass over the training rows over them (except on models with CatBoost's joint
         MultiClass rounds or renewed quantile/L1 leaves, replayed on one thread); one test point or
         an aggregate is one sweep whose rows they split; more test points are swept in batches
-        split over them; LeafRefit and forward mode split the training rows they score. Results
-        are the same, bit for bit, for any count.
+        split over them; LeafRefit and forward mode split the training rows they score, and
+        fewer rows than threads each split their passes over the training rows over a share of
+        them (one-output models without renewed leaves, not ``single_point``). Results are the
+        same, bit for bit, for any count.
 
     Attributes
     ----------

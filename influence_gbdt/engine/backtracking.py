@@ -17,8 +17,9 @@ from numpy.typing import NDArray
 
 from .. import _jit as numba
 from . import objective
-from .fastobj import SumOrder
 from .plain import refit_round_steps, refit_round_sums, replay_steps
+from .pointjobs import PointWork
+from .pointjobs import try_objective as try_refit_objective
 from .rowjobs import Work, step_sums, try_objective
 from .state import Backtrack, Cache, Layout, LossSpec, Rows, Sums, Trees
 
@@ -112,34 +113,31 @@ def replay_round(
 
 @_internal
 def refit_round(
-    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, bt: Backtrack, r: int,
-    A: NDArray[np.float64], delta: NDArray[np.float64], u: NDArray[np.float64], step: NDArray[np.float64],
-    w_new: NDArray[np.float64], sel: NDArray[np.bool_], every: bool, changed: bool, i0: int, mean_w: float,
-    Gs: NDArray[np.float64], Hs: NDArray[np.float64], HXs: NDArray[np.float64], d: NDArray[np.float64],
-    dl: NDArray[np.float64], so: SumOrder, point_buf: NDArray[np.float64], mrow: NDArray[np.float64],
-    scratch: NDArray[np.float64],
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, bt: Backtrack, r: int, every: bool,
+    changed: bool, i0: int, mean_w: float, Gs: NDArray[np.float64], Hs: NDArray[np.float64],
+    HXs: NDArray[np.float64], d: NDArray[np.float64], scratch: NDArray[np.float64], jobs: PointWork,
 ) -> None:
     """Round ``r``'s one tree with row ``i0`` deleted: AnyImprovement re-decided on the changed data,
-    the accepted steps accumulated into the in-tree moves ``u`` (``HXs`` as for
-    :func:`.plain.refit_round`; ``so``: the fast objective's rows for this deletion,
-    :func:`.fastobj.fill_sum_order`)."""
+    the accepted steps accumulated into the in-tree moves ``jobs.u``. The deletion's arrays are the
+    refit team's (:mod:`.pointjobs`; its ``so``: the fast objective's rows for this deletion,
+    :func:`.fastobj.fill_sum_order`); ``HXs`` as for :func:`.plain.refit_round`."""
     t0 = lay.round_ptr[r]
     rl0, rl1 = lay.leaf_off[t0], lay.leaf_off[t0 + 1]
+    A, delta, u, step, w_new, sel = jobs.A, jobs.delta, jobs.u, jobs.step, jobs.w_new, jobs.sel
+    point_buf = jobs.point_buf
     accepted, scale = 0, 1.0
     fill = bt.bt_obj >= 0  # the sums give the fast objective's exp-space approx where they can
     filled = refit_round_sums(lay, trees, rows, loss, sums, None, r, 0, A, delta, u, w_new, sel, every,
-                              changed, i0, Gs, Hs, HXs, scratch, point_buf, fill)
+                              changed, i0, Gs, Hs, HXs, scratch, point_buf, fill, jobs)
     refit_round_steps(lay, trees, r, Gs, Hs, mean_w, d)
     step[rl0:rl1] = 0.0
-    objective.start_tree(lay, bt, so, t0, A.shape[0], i0)
-    current = objective.value(lay, rows.y, loss, bt, t0, A, delta, sel, every, u, step, w_new, i0, so,
-                              point_buf, dl, mrow, not filled)
+    objective.start_tree(lay, bt, jobs.so, t0, A.shape[0], i0)
+    current = try_refit_objective(jobs, lay, trees, rows, loss, sums, bt, t0, every, i0, not filled)
     fresh = False
     for it in range(trees.n_iter[t0]):
         for gl in range(rl0, rl1):
             step[gl] = scale * d[gl - rl0]
-        trial = objective.value(lay, rows.y, loss, bt, t0, A, delta, sel, every, u, step, w_new, i0, so,
-                                point_buf, dl, mrow, fresh)
+        trial = try_refit_objective(jobs, lay, trees, rows, loss, sums, bt, t0, every, i0, fresh)
         fresh = False
         if trial < current:
             for gl in range(rl0, rl1):
@@ -147,9 +145,9 @@ def refit_round(
             current, accepted, scale = trial, accepted + 1, 1.0
             if it + 1 < trees.n_iter[t0]:
                 filled = refit_round_sums(lay, trees, rows, loss, sums, None, r, accepted, A, delta, u, w_new,
-                                          sel, every, changed, i0, Gs, Hs, HXs, scratch, point_buf, fill)
+                                          sel, every, changed, i0, Gs, Hs, HXs, scratch, point_buf, fill,
+                                          jobs)
                 fresh = not filled
                 refit_round_steps(lay, trees, r, Gs, Hs, mean_w, d)
         else:
             scale *= 0.5
-

@@ -30,7 +30,7 @@ import itertools
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import numba
 import numpy as np
@@ -98,7 +98,8 @@ class InfluenceEngine:
         Threads (default: numba's thread count, every core unless ``NUMBA_NUM_THREADS`` says
         otherwise): the replay at construction splits its passes over the rows over them (models
         without joint or renewed rounds); scoring splits the test points' batches of reverse mode
-        (or one sweep's rows), and the scored rows of LeafRefit and forward mode. Results do not
+        (or one sweep's rows), and the scored rows of LeafRefit and forward mode (fewer of them
+        than threads: each row's passes over the rows over a team, :mod:`.pointjobs`). Results do not
         depend on it, bit for bit (each sum is summed in one order whatever the threads). Settable
         after construction, for scoring (``engine.n_threads = 4``; None = the default).
     cache_bytes : float, default 1e9
@@ -319,9 +320,9 @@ class InfluenceEngine:
         idx = self.resolve_rows(rows)
         mode, kk = self._mode(update_set, k)
 
-        def batch(chunk: NDArray[np.int64]) -> NDArray[np.float64]:
+        def batch(chunk: NDArray[np.int64], threads: int) -> NDArray[np.float64]:
             shift = self._base_shift(chunk, refit_base)
-            new_values = self._refit(chunk, mode, kk, shift, threads=1)
+            new_values = self._refit(chunk, mode, kk, shift, threads)
             return self.refit_scores(new_values, shift, leaves, f_test, y, column)
 
         return self._chunked(batch, idx, chunk_size, aggregate, progress)
@@ -397,9 +398,9 @@ class InfluenceEngine:
         idx = self.resolve_rows(rows)
         mode, kk = self._mode(update_set, k)
 
-        def batch(chunk: NDArray[np.int64]) -> NDArray[np.float64]:
+        def batch(chunk: NDArray[np.int64], threads: int) -> NDArray[np.float64]:
             d_base = self._dbase(chunk, refit_base)
-            d_values = self._forward(chunk, mode, kk, d_base, threads=1)
+            d_values = self._forward(chunk, mode, kk, d_base, threads)
             return self.forward_scores(d_values, d_base, leaves, coef)
 
         return self._chunked(batch, idx, chunk_size, aggregate, progress)
@@ -508,21 +509,40 @@ class InfluenceEngine:
         if self.ensemble.n_rows + self._state.rows.outside[1] < 2:
             raise InputError("LeafRefit deletes a training row: the training set needs at least two.")
         fac_new, changed = self._factors_without(idx)
-        st, A0 = self._row_state(), self._A0
-        return self._split_rows(
-            lambda sl: passes.refit_many(st.lay, st.trees, st.rows, st.loss, st.sums, st.joint, st.renewed,
-                                         st.backtrack, A0, idx[sl], mode, k, shift[sl], fac_new[sl],
-                                         changed[sl]),
-            idx.size, threads)
+        st = self._row_state()
+        groups = (st.lay, st.trees, st.rows, st.loss, st.sums, st.joint, st.renewed, st.backtrack)
+        return self._per_point(passes.refit_many, groups, idx, mode, k, (shift, fac_new, changed), False,
+                               threads)
 
     def _forward(self, idx: NDArray[np.int64], mode: int, k: int, d_base: NDArray[np.float64],
                  threads: int | None = None) -> NDArray[np.float64]:
         d_fac, d_sumw = self._factor_derivatives(idx)
-        st, A0 = self._row_state(), self._A0
-        return self._split_rows(
-            lambda sl: passes.forward_many(st.lay, st.trees, st.rows, st.loss, st.sums, st.joint, st.renewed,
-                                           A0, idx[sl], mode, k, d_base[sl], d_fac[sl], d_sumw[sl]),
-            idx.size, threads)
+        st = self._row_state()
+        groups = (st.lay, st.trees, st.rows, st.loss, st.sums, st.joint, st.renewed)
+        return self._per_point(passes.forward_many, groups, idx, mode, k, (d_base, d_fac, d_sumw), True,
+                               threads)
+
+    def _per_point(
+        self, kernel: Callable[..., None], groups: tuple[Any, ...], idx: NDArray[np.int64], mode: int, k: int,
+        per_row: tuple[NDArray[Any], ...], forward: bool, threads: int | None,
+    ) -> NDArray[np.float64]:
+        """(len(idx), n_total) from ``kernel`` (:func:`.passes.refit_many` or, if ``forward``,
+        :func:`.passes.forward_many`) given the state ``groups`` it takes, one training point of
+        ``idx`` after another, split over ``threads``: contiguous slices of the points, each on a
+        team of threads (:func:`.passes.point_team`); ``per_row`` are the arrays whose first axis
+        follows ``idx``."""
+        A0, n_total = self._A0, int(self._state.lay.leaf_off[-1])
+
+        def part(sl: slice, n_team: int) -> NDArray[np.float64]:
+            st = self._state
+            n_team = passes.point_team(st, n_team, mode, A0.shape[1], forward)
+            jobs = passes.point_work(st, n_team, mode, A0.shape[1], forward)
+            out = np.empty((sl.stop - sl.start, n_total))
+            team.run(kernel, n_team, *groups, A0, idx[sl], mode, k, *(a[sl] for a in per_row), jobs, out,
+                     bar=jobs.bar)
+            return out
+
+        return self._split_rows(part, idx.size, threads)
 
     def _row_state(self) -> State:
         """The state with ``rows_by_leaf`` (sorted on first use; two threads racing sort the same
@@ -533,31 +553,36 @@ class InfluenceEngine:
             st = self._state = st._replace(lay=lay)
         return st
 
-    def _split_rows(self, fn: Callable[[slice], NDArray[np.float64]], n: int,
+    def _split_rows(self, fn: Callable[[slice, int], NDArray[np.float64]], n: int,
                     threads: int | None) -> NDArray[np.float64]:
-        """Run ``fn`` over contiguous slices of ``n`` rows on up to ``threads`` threads, stacked."""
-        parts = max(1, min(n, threads or self.n_threads))
+        """Run ``fn(rows, team)`` over contiguous slices of ``n`` rows on up to ``threads`` threads,
+        stacked: one slice per thread, or, for fewer rows than threads, one row per slice and the
+        threads shared out among them (``team`` threads each)."""
+        threads = threads or self.n_threads
+        parts = max(1, min(n, threads))
         bounds = np.linspace(0, n, parts + 1).astype(int)
         slices = [slice(int(a), int(b)) for a, b in itertools.pairwise(bounds)]
         if parts == 1:
-            return fn(slices[0])
+            return fn(slices[0], threads)
         with ThreadPoolExecutor(max_workers=parts) as pool:
-            return np.concatenate(list(pool.map(fn, slices)), axis=0)
+            return np.concatenate(list(pool.map(fn, slices, [threads // parts] * parts)), axis=0)
 
     def _chunked(
         self,
-        batch: Callable[[NDArray[np.int64]], NDArray[np.float64]],
+        batch: Callable[[NDArray[np.int64], int], NDArray[np.float64]],
         idx: NDArray[np.int64], chunk_size: int,
         aggregate: Aggregate, progress: Progress,
     ) -> NDArray[np.float64]:
-        """Run ``batch`` over chunks of training rows on the engine's threads, aggregating over
-        test points if asked. Chunks hold at most ``chunk_size`` rows, fewer where that leaves a
-        thread without a chunk (64 rows on 16 threads: 16 chunks of 4, not one of 64); each row's
-        scores are computed on their own, so the chunking does not change them."""
+        """Run ``batch(rows, threads)`` over chunks of training rows on the engine's threads,
+        aggregating over test points if asked. Chunks hold at most ``chunk_size`` rows, fewer where
+        that leaves a thread without a chunk (64 rows on 16 threads: 16 chunks of 4, not one of
+        64); with fewer rows than threads, each chunk (one row) gets its share of the threads. Each
+        row's scores are computed on their own, so the chunking does not change them."""
         size = max(1, min(int(chunk_size), -(-idx.size // self.n_threads)))
         chunks = [idx[s : s + size] for s in range(0, idx.size, size)]
+        threads = max(1, self.n_threads // max(1, len(chunks)))
         parts = []
-        for scores in self._map(batch, chunks):
+        for scores in self._map(lambda chunk: batch(chunk, threads), chunks):
             if aggregate == "mean":
                 scores = scores.mean(axis=1)
             elif aggregate == "sum":

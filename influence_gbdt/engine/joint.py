@@ -392,7 +392,7 @@ def refit_round(
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     rl0, rl1 = lay.leaf_off[t0], lay.leaf_off[t1]
     refit_round_sums(lay, trees, rows, loss, sums, joint, r, 0, A, delta, u, w_new, sel, every, changed, i0,
-                     Gs, Hs, HXs, scratch, u[:0], False)
+                     Gs, Hs, HXs, scratch, u[:0], False, None)
     local = lay.leaf_off[t0:t1] - rl0
     round_steps(lay, trees, sums, joint, r, l2_term(trees, t0, mean_w), Gs, HXs, local, d, False)
     for gl in range(rl0, rl1):

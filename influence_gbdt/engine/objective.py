@@ -4,8 +4,8 @@
 A part is a fixed piece of the rows: for the exact objective a chunk of :data:`.team.CHUNK_ROWS`
 rows (the weighted losses of its rows summed in row order), for the booster's own arithmetic
 (:mod:`.fastobj`) one of the booster's blocks. :func:`combine` adds the parts in order, so the
-objective is the same whichever threads computed which parts (:mod:`.rowjobs` splits them over a
-team; :func:`value` computes all of them in turn).
+objective is the same whichever threads computed which parts (:mod:`.rowjobs` splits the replay's
+over its team, :mod:`.pointjobs` the refit's; a team of one computes all of them in turn).
 """
 
 from __future__ import annotations
@@ -129,21 +129,3 @@ def combine(bt: Backtrack, n: int, skip: int, parts: NDArray[np.float64]) -> flo
         return total
     n_eff, n_ranges = _layout(bt, n, skip)
     return combine_blocks(n_eff, n_ranges, parts)
-
-
-@_internal
-def value(
-    lay: Layout, y: NDArray[np.float64], loss: LossSpec, bt: Backtrack, t: int, A: NDArray[np.float64],
-    delta: NDArray[np.float64], sel: NDArray[np.bool_], every: bool, u: NDArray[np.float64],
-    step: NDArray[np.float64], w: NDArray[np.float64], skip: int, so: SumOrder,
-    point_buf: NDArray[np.float64], dl: NDArray[np.float64], mrow: NDArray[np.float64], fresh: bool,
-) -> float:
-    """The objective of tree ``t`` (arguments as in :func:`part`), its parts computed in turn by
-    this thread."""
-    n = A.shape[0]
-    prepare(lay, bt, t, step, dl)
-    parts = np.empty((n_parts(bt, n, skip), 2))
-    for p in range(parts.shape[0]):
-        parts[p, 0], parts[p, 1] = part(lay, y, loss, bt, t, A, delta, sel, every, u, step, dl, w, skip, so,
-                                        point_buf, mrow, fresh, p)
-    return combine(bt, n, skip, parts)

@@ -339,7 +339,7 @@ def _refit_sums(lay: Layout, trees: Trees, rw: Rows, loss: LossSpec, sums: Sums,
     for b in range(rows.shape[0]):
         sel[rl0:rl1] = chosen[b]
         refit_round_sums(lay, trees, rw, loss, sums, None, r, 0, A, change[b], u, rw.w, sel, every[b], False,
-                         rows[b], Gs, Hs, HXs, scratch, u[:0], False)
+                         rows[b], Gs, Hs, HXs, scratch, u[:0], False, None)
         out[b, 0, :] = Gs[: rl1 - rl0]
         out[b, 1, :] = Hs[: rl1 - rl0]
 

@@ -8,7 +8,9 @@ chosen. Private to the engine.
 - :func:`forward_many`: d leaf value / d v_i of one training row at a time (the paper's
   Algorithm 4), with an update set;
 - :func:`refit_many`: every leaf recomputed with one training row deleted (the paper's
-  Algorithms 1-3), with an update set.
+  Algorithms 1-3), with an update set;
+
+the last two also with their passes over the rows shared by a team (:mod:`.pointjobs`).
 
 (The reverse sweep of one-output models with plain rounds runs in :mod:`.reverse1` instead, on a
 team of threads; :mod:`.core` chooses it.) Each pass walks the rounds and hands each one to its
@@ -26,11 +28,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .. import _jit as numba
-from . import backtracking, plain
+from . import backtracking, plain, pointjobs
 from . import joint as joint_rule
 from . import renewed as renewed_rule
 from .common import NONE, add_round, advance_row, every_step_cached, per_row, round_sizes, select_leaves
-from .fastobj import fill_sum_order, new_sum_order
+from .fastobj import fill_sum_order
+from .pointjobs import FORWARD, KEEP, REFIT, PointWork, advance, make_point_work, share_sums
 from .rowjobs import Work, make_work, serve, stop
 from .rowjobs import add_round as add_round_team
 from .state import Backtrack, Cache, Joint, Layout, LossSpec, Renewed, Rows, State, Sums, Trees, largest_round
@@ -197,28 +200,29 @@ def _add_share(
 def forward_one(  # noqa: C901 -- one loop nest over rounds, steps and the update set
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, joint: Joint | None,
     renewed: Renewed | None, A0: NDArray[np.float64], i0: int, mode: int, k: int, d_base: NDArray[np.float64],
-    d_fac: NDArray[np.float64], d_sumw: float, work: NDArray[np.float64], row_only: bool,
-) -> NDArray[np.float64]:
-    """d leaf value / d v_i0 for every leaf, shape (n_total,).
+    d_fac: NDArray[np.float64], d_sumw: float, jobs: PointWork, row_only: bool,
+) -> None:
+    """d leaf value / d v_i0 for every leaf into ``jobs.out`` (n_total,): thread 0 of the team
+    (:mod:`.pointjobs`), whose arrays it resets and whose passes over every row it posts.
 
     ``A0`` (n, K) are the initial margins; ``d_base`` (K,) = d base margin / d v_i0;
     ``d_fac`` (G,) = d (dataset factor * objective factor) / d v_i0 per group; ``d_sumw`` =
     d (sum of effective weights) / d v_i0.
-    The update set propagates the margin derivatives of its rows (SinglePoint: row i0 alone).
-    ``row_only`` (single_point without renewed leaves: no other row is read) follows row ``i0``'s
-    margins alone in ``work`` (n, K; holding ``A0``; the caller restores row ``i0``): O(leaves)
-    per round.
+    The update set propagates the margin derivatives ``jobs.delta`` of its rows (SinglePoint: row
+    i0 alone, in its one row). ``row_only`` (single_point without renewed leaves: no other row is
+    read) follows row ``i0``'s margins alone in ``jobs.A`` (holding ``A0``; the caller restores
+    row ``i0``): O(leaves) per round.
     """
     n, K = A0.shape
     n_all = n + rows.outside[1]  # rows of the whole training set (a Dask partition holds some)
-    A = work if row_only else A0.copy()
-    track = mode != NONE
-    J = np.empty((n if track else 1, K))
+    A, J, out, du, sel = jobs.A, jobs.delta, jobs.out, jobs.u, jobs.sel
+    if not row_only:
+        A[:, :] = A0
+    track = mode != NONE  # then ``J`` has a row per row, else row i0's alone
     J[:, :] = d_base
     ji0 = i0 if track else 0
-    out = np.empty(lay.leaf_off[-1])
-    du = np.zeros(lay.leaf_off[-1])
-    sel = np.zeros(lay.leaf_off[-1], dtype=np.bool_)
+    du[:] = 0.0
+    sel[:] = False
     most_leaves, _ = round_sizes(lay)
     dG = np.empty(most_leaves)
     dD = np.empty(most_leaves)
@@ -235,14 +239,15 @@ def forward_one(  # noqa: C901 -- one loop nest over rounds, steps and the updat
             du[lay.leaf_off[t] : lay.leaf_off[t + 1]] = 0.0
         if renewed is not None and renewed.renew[t0]:
             renewed_rule.forward_tree(lay, trees, rows.y, renewed, t0, A, J, i0, track, s_i0, out)
-            _propagate(lay, r, t0, t1, track, i0, J, out)
-            add_round(lay, r, A, sums.stored, 1.0)
+            _forward_past(lay, trees, rows, loss, sums, jobs, r, track, i0, row_only)
             continue
         for s in range(trees.n_steps[t0]):
             dG[:] = 0.0
             dD[:] = 0.0
             dM[:, :] = 0.0
-            if every:
+            if every and K == 1:
+                share_sums(jobs, lay, trees, rows, loss, sums, r, s, dG, dD)
+            elif every:
                 for j in range(n):
                     _add_share(lay, trees, rows, loss, sums, joint, r, s, A, j, J[j], -1, dG, dD, dM, scratch)
             else:
@@ -267,42 +272,52 @@ def forward_one(  # noqa: C901 -- one loop nest over rounds, steps and the updat
         for t in range(t0, t1):
             for gl in range(lay.leaf_off[t], lay.leaf_off[t + 1]):
                 out[gl] = trees.lr[t] * du[gl]
-        _propagate(lay, r, t0, t1, track, i0, J, out)
-        _next_margins(lay, sums, r, A, i0, row_only)
-    return out
+        _forward_past(lay, trees, rows, loss, sums, jobs, r, track, i0, row_only)
 
 
 @_internal
-def _propagate(
-    lay: Layout, r: int, t0: int, t1: int, track: bool, i0: int, J: NDArray[np.float64],
-    out: NDArray[np.float64],
+def _forward_past(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, jobs: PointWork, r: int, track: bool,
+    i0: int, row_only: bool,
 ) -> None:
-    """Add round ``r``'s leaf derivatives ``out`` to the margin derivatives ``J`` of the rows
-    tracked (every row, or only row i0 in ``J[0]``)."""
+    """Forward mode past round ``r``: its leaf derivatives ``jobs.out`` added to the margin
+    derivatives ``jobs.delta`` of the rows tracked (every row, or row i0 alone in its one row), the
+    margins ``jobs.A`` moved by the stored leaf values (row i0's alone where ``row_only``)."""
     if track:
-        add_round(lay, r, J, out, 1.0)
+        advance(jobs, lay, trees, rows, loss, sums, r, FORWARD)
+        return
+    J, out = jobs.delta, jobs.out
+    for t in range(lay.round_ptr[r], lay.round_ptr[r + 1]):
+        J[0, lay.out[t]] += out[lay.leaf_off[t] + lay.leaf[t, i0]]
+    if row_only:
+        advance_row(lay, sums.stored, r, jobs.A, i0)
     else:
-        for t in range(t0, t1):
-            J[0, lay.out[t]] += out[lay.leaf_off[t] + lay.leaf[t, i0]]
+        advance(jobs, lay, trees, rows, loss, sums, r, KEEP)
 
 
 @numba.njit(cache=True, nogil=True)
 def forward_many(
-    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, joint: Joint | None,
-    renewed: Renewed | None, A0: NDArray[np.float64], idx: NDArray[np.int64], mode: int, k: int,
-    d_base: NDArray[np.float64], d_fac: NDArray[np.float64], d_sumw: NDArray[np.float64],
-) -> NDArray[np.float64]:
-    """:func:`forward_one` for each of the rows ``idx`` (B,); ``d_base`` (B, K), ``d_fac`` (B, G),
-    ``d_sumw`` (B,). Returns (B, n_total)."""
-    out = np.empty((idx.shape[0], lay.leaf_off[-1]))
+    tid: int, n_team: int, bar: NDArray[np.int64], lay: Layout, trees: Trees, rows: Rows, loss: LossSpec,
+    sums: Sums, joint: Joint | None, renewed: Renewed | None, A0: NDArray[np.float64], idx: NDArray[np.int64],
+    mode: int, k: int, d_base: NDArray[np.float64], d_fac: NDArray[np.float64], d_sumw: NDArray[np.float64],
+    jobs: PointWork, out: NDArray[np.float64],
+) -> None:
+    """:func:`forward_one` for each of the rows ``idx`` (B,), one after the other, into ``out`` (B,
+    n_total): thread ``tid``'s part of a team of ``n_team`` (:func:`.team.run`; ``bar`` is
+    ``jobs.bar``); ``d_base`` (B, K), ``d_fac`` (B, G), ``d_sumw`` (B,)."""
+    if tid > 0:
+        pointjobs.serve(tid, jobs, lay, trees, rows, loss, sums, None)
+        return
     fast = mode == NONE and renewed is None  # single_point: only row i0's margins are read
-    work = A0.copy() if fast else np.empty((0, A0.shape[1]))
+    if fast:
+        jobs.A[:, :] = A0
     for b in range(idx.shape[0]):
-        out[b, :] = forward_one(lay, trees, rows, loss, sums, joint, renewed, A0, idx[b], mode, k, d_base[b],
-                                d_fac[b], d_sumw[b], work, fast)
+        forward_one(lay, trees, rows, loss, sums, joint, renewed, A0, idx[b], mode, k, d_base[b], d_fac[b],
+                    d_sumw[b], jobs, fast)
+        out[b, :] = jobs.out
         if fast:
-            work[idx[b]] = A0[idx[b]]
-    return out
+            jobs.A[idx[b]] = A0[idx[b]]
+    pointjobs.stop(jobs)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -313,10 +328,12 @@ def forward_many(
 def refit_one(  # noqa: C901 -- one loop nest over rounds and the rules
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, joint: Joint | None,
     renewed: Renewed | None, bt: Backtrack | None, A0: NDArray[np.float64], i0: int, mode: int, k: int,
-    shift: NDArray[np.float64], fac_new: NDArray[np.float64], changed: bool, work: NDArray[np.float64],
+    shift: NDArray[np.float64], fac_new: NDArray[np.float64], changed: bool, jobs: PointWork,
     row_only: bool, w_sum: float,
-) -> NDArray[np.float64]:
-    """New leaf values, shape (n_total,), with row ``i0`` deleted.
+) -> None:
+    """New leaf values, with row ``i0`` deleted, into ``jobs.out`` (n_total,): thread 0 of the
+    refit's team (:mod:`.pointjobs`), whose arrays it resets and whose passes over every row it
+    posts.
 
     ``A0`` (n, K) are the original initial margins, ``shift`` (K,) the change of the base margin
     and ``fac_new`` (2, G) the dataset and objective factors without the row (``changed``: they
@@ -324,43 +341,37 @@ def refit_one(  # noqa: C901 -- one loop nest over rounds and the rules
     changed data.
 
     ``row_only`` (see :func:`reads_one_row`): no leaf is summed anew, so only row ``i0``'s margins
-    are followed, in ``work`` (n, K; holding ``A0``; the caller restores row ``i0``), and the mean
+    are followed, in ``jobs.A`` (holding ``A0``; the caller restores row ``i0``), and the mean
     weight comes from ``w_sum`` (the sum of ``rows.w``): O(leaves) per round instead of O(n).
     """
     n, K = A0.shape
-    A = work if row_only else A0.copy()
-    track = mode != NONE
-    delta = np.empty((n if track else 0, K))
+    A, delta, u, step, sel, out = jobs.A, jobs.delta, jobs.u, jobs.step, jobs.sel, jobs.out
+    track = mode != NONE  # then ``delta`` has a row per row, else none
     delta[:, :] = shift
+    u[:] = 0.0
+    step[:] = 0.0
+    sel[:] = False
     if row_only:  # no leaf is summed anew: the weights are read for row i0's share only
         w_new = rows.w
         mean_w = (w_sum - rows.w[i0] + rows.outside[0]) / (n + rows.outside[1] - 1)
     else:
-        w_new = rows.w.copy()
+        A[:, :] = A0
+        w_new = jobs.w_new
+        w_new[:] = rows.w
         if changed:
             for j in range(n):
                 dj = rows.v[j] * fac_new[0, rows.grp[j]]
                 w_new[j] = (np.float64(np.float32(dj)) if rows.f32w else dj) * fac_new[1, rows.grp[j]]
         w_new[i0] = 0.0
         mean_w = (w_new.sum() + rows.outside[0]) / (n + rows.outside[1] - 1)
-    n_total = lay.leaf_off[-1]
-    out = np.empty(n_total)
-    u = np.zeros(n_total)
-    step = np.zeros(n_total)
-    sel = np.zeros(n_total, dtype=np.bool_)
     most_leaves, _ = round_sizes(lay)
     Gs = np.empty(most_leaves)
     Hs = np.empty(most_leaves)
     HXs = np.empty((most_leaves if joint is not None else 0, K))
     d = np.empty(most_leaves)
-    dl = np.empty(most_leaves)
-    point_buf = np.empty(0 if row_only else n)
-    n_so = n if bt is not None and bt.bt_obj >= 0 else 0  # the fast objective's rows in its order
-    so = new_sum_order(n_so)
-    if bt is not None and n_so > 0:
-        fill_sum_order(so, bt.bt_obj, rows.y[:, 0], w_new, bt.bt_order, bt.bt_pos[i0])
+    if bt is not None and bt.bt_obj >= 0:  # the fast objective's rows in its order, for this deletion
+        fill_sum_order(jobs.so, bt.bt_obj, rows.y[:, 0], w_new, bt.bt_order, bt.bt_pos[i0])
     scratch = np.empty((4, max(K, loss.zsize)))
-    mrow = np.empty(K)
     for r in range(lay.round_ptr.shape[0] - 1):
         t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
         every = track
@@ -373,38 +384,23 @@ def refit_one(  # noqa: C901 -- one loop nest over rounds and the rules
             renewed_rule.refit_tree(lay, trees, rows.y, sums, renewed, t0, A, delta, sel, every, changed,
                                     w_new, i0, out)
         elif bt is not None and bt.backtrack[t0]:  # alone in its round: re-decided without the row
-            backtracking.refit_round(lay, trees, rows, loss, sums, bt, r, A, delta, u, step, w_new, sel,
-                                     every, changed, i0, mean_w, Gs, Hs, HXs, d, dl, so, point_buf, mrow,
-                                     scratch)
+            backtracking.refit_round(lay, trees, rows, loss, sums, bt, r, every, changed, i0, mean_w, Gs, Hs,
+                                     HXs, d, scratch, jobs)
         elif joint is not None and joint.joint[t0]:  # one step for the round's trees together
             joint_rule.refit_round(lay, trees, rows, loss, sums, joint, r, A, delta, u, w_new, sel, every,
                                    changed, i0, mean_w, Gs, Hs, HXs, d, scratch)
         else:
             plain.refit_round(lay, trees, rows, loss, sums, r, A, delta, u, w_new, sel, every, changed, i0,
-                              mean_w, Gs, Hs, HXs, d, scratch)
+                              mean_w, Gs, Hs, HXs, d, scratch, jobs)
         for t in range(t0, t1):
             for gl in range(lay.leaf_off[t], lay.leaf_off[t + 1]):
                 if not is_renewed:
                     out[gl] = trees.lr[t] * u[gl]
                 u[gl] = 0.0
-        if track:
-            for t in range(t0, t1):
-                c = lay.out[t]
-                for j in range(n):
-                    gl = lay.leaf_off[t] + lay.leaf[t, j]
-                    delta[j, c] += out[gl] - sums.values[gl]
-        _next_margins(lay, sums, r, A, i0, row_only)
-    return out
-
-
-@per_row
-def _next_margins(lay: Layout, sums: Sums, r: int, A: NDArray[np.float64], i0: int, row_only: bool) -> None:
-    """The original margins ``A`` after round ``r`` (the stored leaf values): row ``i0``'s only
-    where ``row_only`` (see :func:`reads_one_row`), else every row's."""
-    if row_only:
-        advance_row(lay, sums.stored, r, A, i0)
-    else:
-        add_round(lay, r, A, sums.stored, 1.0)
+        if row_only:
+            advance_row(lay, sums.stored, r, A, i0)
+        else:
+            advance(jobs, lay, trees, rows, loss, sums, r, REFIT if track else KEEP)
 
 
 @_internal
@@ -423,20 +419,52 @@ def reads_one_row(trees: Trees, renewed: Renewed | None, bt: Backtrack | None, m
 
 @numba.njit(cache=True, nogil=True)
 def refit_many(
-    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, joint: Joint | None,
-    renewed: Renewed | None, bt: Backtrack | None, A0: NDArray[np.float64], idx: NDArray[np.int64], mode: int,
-    k: int, shift: NDArray[np.float64], fac_new: NDArray[np.float64], changed: NDArray[np.bool_],
-) -> NDArray[np.float64]:
-    """:func:`refit_one` for each of the rows ``idx`` (B,); ``shift`` (B, K), ``fac_new`` (B, 2, G),
-    ``changed`` (B,). Returns (B, n_total)."""
-    out = np.empty((idx.shape[0], lay.leaf_off[-1]))
+    tid: int, n_team: int, bar: NDArray[np.int64], lay: Layout, trees: Trees, rows: Rows, loss: LossSpec,
+    sums: Sums, joint: Joint | None, renewed: Renewed | None, bt: Backtrack | None, A0: NDArray[np.float64],
+    idx: NDArray[np.int64], mode: int, k: int, shift: NDArray[np.float64], fac_new: NDArray[np.float64],
+    changed: NDArray[np.bool_], jobs: PointWork, out: NDArray[np.float64],
+) -> None:
+    """:func:`refit_one` for each of the rows ``idx`` (B,), one after the other, into ``out`` (B,
+    n_total): thread ``tid``'s part of a team of ``n_team`` (:func:`.team.run`; ``bar`` is
+    ``jobs.bar``); ``shift`` (B, K), ``fac_new`` (B, 2, G), ``changed`` (B,)."""
+    if tid > 0:
+        pointjobs.serve(tid, jobs, lay, trees, rows, loss, sums, bt)
+        return
     one_row = reads_one_row(trees, renewed, bt, mode)
-    work = A0.copy() if one_row else np.empty((0, A0.shape[1]))
     w_sum = rows.w.sum()
+    at_a0 = False  # whether ``jobs.A`` holds ``A0`` (a row-only deletion's start)
     for b in range(idx.shape[0]):
         fast = one_row and not changed[b]
-        out[b, :] = refit_one(lay, trees, rows, loss, sums, joint, renewed, bt, A0, idx[b], mode, k, shift[b],
-                              fac_new[b], changed[b], work, fast, w_sum)
+        if fast and not at_a0:
+            jobs.A[:, :] = A0
+        refit_one(lay, trees, rows, loss, sums, joint, renewed, bt, A0, idx[b], mode, k, shift[b], fac_new[b],
+                  changed[b], jobs, fast, w_sum)
+        out[b, :] = jobs.out
+        at_a0 = fast
         if fast:
-            work[idx[b]] = A0[idx[b]]
-    return out
+            jobs.A[idx[b]] = A0[idx[b]]
+    pointjobs.stop(jobs)
+
+
+def point_team(st: State, threads: int, mode: int, n_outputs: int, forward: bool) -> int:
+    """How many threads share each training point of :func:`refit_many` (:func:`forward_many` if
+    ``forward``) on ``st``'s model: one for models with joint or renewed rounds or several outputs
+    (whose leaves thread 0 sums alone) and where only the point's own row is read (single_point:
+    :func:`reads_one_row`; forward mode's whenever no renewed round re-sorts residuals), else up
+    to ``threads`` (one per chunk of rows at most)."""
+    row_only = mode == NONE and (forward or (st.backtrack is None and bool((st.trees.n_steps == 1).all())))
+    if st.joint is not None or st.renewed is not None or n_outputs > 1 or row_only:
+        return 1
+    return max(1, min(int(threads), n_chunks(st.lay.leaf.shape[1])))
+
+
+def point_work(st: State, n_team: int, mode: int, n_outputs: int, forward: bool) -> PointWork:
+    """The team's shared arrays for :func:`refit_many` (:func:`forward_many` if ``forward``) of
+    ``st``."""
+    lay = st.lay
+    n = lay.leaf.shape[1]
+    bt = None if forward else st.backtrack
+    parts = n_chunks(n) + (bt.bt_threads if bt is not None else 0)
+    changes = n if mode != NONE else int(forward)
+    return make_point_work(n_team, n, n_outputs, int(lay.leaf_off[-1]), largest_round(lay)[0], parts, changes,
+                           n if bt is not None and bt.bt_obj >= 0 else 0)

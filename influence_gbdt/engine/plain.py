@@ -17,16 +17,12 @@ The backtracking and joint rules reuse parts of it (:mod:`.backtracking`, :mod:`
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numpy.typing import NDArray
 
 from .. import _jit as numba
 from ..losses import (
-    Params4,
     derivs1,
-    derivs1_exp,
     grad_hess,
     jvp,
     params4,
@@ -44,7 +40,7 @@ from .common import (
     per_row,
     step_point,
 )
-from .indexing import INDEX
+from .pointjobs import PointWork, add_row_share1, tree_sums
 from .rowjobs import Work, step_sums
 from .state import Backtrack, Cache, Joint, Layout, LossSpec, Rows, Sums, Trees
 
@@ -296,21 +292,10 @@ def add_row_share(
     round's trees (only tree ``only`` if >= 0). ``dG``, ``dD`` are indexed by global leaf minus
     the round's first leaf; ``scratch`` is (4, max(K, zsize))."""
     K = A.shape[1]
-    rl0 = lay.leaf_off[lay.round_ptr[r]]
-    if K == 1:  # scalars: no per-row calls taking arrays
-        m = A[j, 0]
-        for t in range(lay.round_ptr[r], lay.round_ptr[r + 1]):
-            m += u_before[lay.sl_off[lay.step_ptr[t] + s] + lay.leaf[t, j]]
-        _, hh, d2g, d2h = derivs1(loss.code, params4(loss.prm), rows.y[j, 0], m)
-        dg1 = d2g * J[0]
-        dh1 = d2h * J[0] if hh >= loss.prm[0] else 0.0
-        for t in range(lay.round_ptr[r], lay.round_ptr[r + 1]):
-            if only < 0 or t == only:
-                x = lay.leaf_off[t] + lay.leaf[t, j] - rl0
-                dG[x] += rows.w[j] * dg1
-                if trees.newton[t]:
-                    dD[x] += rows.w[j] * dh1
+    if K == 1:
+        add_row_share1(lay, trees, rows, loss, u_before, r, s, A, j, J[0], only, dG, dD)
         return
+    rl0 = lay.leaf_off[lay.round_ptr[r]]
     mrow, z, dg, dh = scratch[0, :K], scratch[1, : loss.zsize], scratch[2, :K], scratch[3, :K]
     step_point(lay, loss, u_before, r, s, A, j, mrow, z)
     jvp(loss.code, loss.prm, rows.y[j], z, J, dg, dh)
@@ -383,19 +368,22 @@ def refit_round_sums(
     A: NDArray[np.float64], delta: NDArray[np.float64], u: NDArray[np.float64], w_new: NDArray[np.float64],
     sel: NDArray[np.bool_], every: bool, changed: bool, i0: int, Gs: NDArray[np.float64],
     Hs: NDArray[np.float64], HXs: NDArray[np.float64], scratch: NDArray[np.float64],
-    points: NDArray[np.float64], fill: bool,
+    points: NDArray[np.float64], fill: bool, jobs: PointWork | None,
 ) -> bool:
     """Leaf sums of round ``r`` at in-tree moves ``u`` (its ``a``-th step), row ``i0`` deleted
     (-1: a row this state does not hold); a joint round also sums its full hessian rows into
     ``HXs`` (leaves, K). Returns whether it also put each row's ``exp`` of its margin as the
     objective adds it into ``points`` (n,), which it does if ``fill`` where every leaf is summed
-    anew (see :func:`_tree_sums_in_row_order`).
+    anew (see :func:`.pointjobs.tree_sums`).
 
     A leaf whose rows all keep their original margins and weights, at the original replay's
-    ``a``-th step, reuses the cached sums minus row ``i0``'s share; the others are summed anew,
-    each over its rows in row order: leaf by leaf (``rows_by_leaf``), or, where every leaf of a
-    one-output tree is summed anew, in one pass over the rows (:func:`_tree_sums_in_row_order`:
-    the same additions in the same order, reading the rows' arrays in their order).
+    ``a``-th step, reuses the cached sums minus row ``i0``'s share; the others are summed anew:
+    leaf by leaf over its rows in row order (``rows_by_leaf``), or, where every leaf of a
+    one-output tree is summed anew, in one pass over the rows, chunk by chunk as the replay sums
+    them, posted to the team of ``jobs`` (:func:`.pointjobs.tree_sums`; None: no team, summed here).
+    The leaf-by-leaf order reads the rows' margins, labels and weights out of order; measured on
+    Adult (LeafRefit with every point updated, per deleted row, two threads): CatBoost (300 trees)
+    1.20 -> 1.10 s, the LightGBM and XGBoost defaults 22 -> 19 and 21 -> 19 ms.
     """
     K = A.shape[1]
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
@@ -441,9 +429,8 @@ def refit_round_sums(
                 Gs[gl - rl0] += wg
                 Hs[gl - rl0] += wh if trees.newton[t] else w_new[j]
         if whole:
-            _tree_sums_in_row_order(lay, trees, rows, loss, prm, t, A, delta, track and every, track, sel, u,
-                                    w_new, i0, Gs[lay.leaf_off[t] - rl0 :], Hs[lay.leaf_off[t] - rl0 :],
-                                    points, fill)
+            tree_sums(jobs, lay, trees, rows, loss, sums, t, A, delta, track and every, track, sel, u, w_new,
+                      i0, Gs[lay.leaf_off[t] - rl0 :], Hs[lay.leaf_off[t] - rl0 :], points, fill)
     return fill and whole
 
 
@@ -473,45 +460,6 @@ def _cached_leaf_sums(
             add_hessian_row(z, c, -rows.w[i0], HXs[at])
 
 
-@per_row
-def _tree_sums_in_row_order(
-    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, prm: Params4, t: int, A: NDArray[np.float64],
-    delta: NDArray[np.float64], all_moved: bool, track: bool, sel: NDArray[np.bool_], u: NDArray[np.float64],
-    w_new: NDArray[np.float64], i0: int, Gs: NDArray[np.float64], Hs: NDArray[np.float64],
-    points: NDArray[np.float64], fill: bool,
-) -> None:
-    """Every leaf's sums of one-output tree ``t`` added into ``Gs``, ``Hs`` (indexed by the tree's
-    leaves), row ``i0`` deleted, in one pass over the rows: a leaf's rows in row order, as
-    :func:`refit_round_sums` adds them leaf by leaf (a row's margin moved by ``delta`` if
-    ``all_moved``, or if ``track`` and its leaf is in ``sel``). The leaf-by-leaf order reads the
-    rows' margins, labels and weights out of order; measured on Adult (LeafRefit with every point
-    updated, per deleted row, two threads): CatBoost (300 trees) 1.20 -> 1.10 s, the LightGBM and
-    XGBoost defaults 22 -> 19 and 21 -> 19 ms.
-
-    If ``fill``, also each row's ``exp`` of its margin as :func:`.objective.part` adds it (``A +
-    u``, then ``delta``) into ``points`` (n,): the exp-space approx of a backtracking try, the
-    exponential shared with the derivatives' (:func:`.derivs1_exp`) where the two margins are the
-    same number (the two orders of addition mostly round alike)."""
-    base = lay.leaf_off[t]
-    newton = trees.newton[t]
-    u_t, sel_t, leaf = u[base:], sel[base:], lay.leaf[t]  # leaves indexed ``& INDEX``: no wrap-around
-    for j in range(A.shape[0]):
-        if j == i0:
-            continue
-        lj = leaf[j] & INDEX
-        moved = all_moved or (track and sel_t[lj])
-        m = (A[j, 0] + delta[j, 0] if moved else A[j, 0]) + u_t[lj]
-        if fill:
-            gg, hh, _, _, em = derivs1_exp(loss.code, prm, rows.y[j, 0], m)
-            mo = A[j, 0] + u_t[lj] + delta[j, 0] if moved else m  # the objective's order
-            points[j] = em if mo == m else math.exp(mo)
-        else:
-            gg, hh, _, _ = derivs1(loss.code, prm, rows.y[j, 0], m)
-        wg, wh = weighted(loss.code, gg, max(hh, loss.prm[0]), w_new[j], rows.f32)
-        Gs[lj] += wg
-        Hs[lj] += wh if newton else w_new[j]
-
-
 #: :func:`refit_round_sums` inlined where it runs once per tree for every deleted row (LeafRefit's
 #: plain rounds): a call costs the reference counts of every array of the groups it is given.
 _refit_round_sums_inline = per_row(refit_round_sums.py_func)
@@ -535,15 +483,16 @@ def refit_round(
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, r: int, A: NDArray[np.float64],
     delta: NDArray[np.float64], u: NDArray[np.float64], w_new: NDArray[np.float64], sel: NDArray[np.bool_],
     every: bool, changed: bool, i0: int, mean_w: float, Gs: NDArray[np.float64], Hs: NDArray[np.float64],
-    HXs: NDArray[np.float64], d: NDArray[np.float64], scratch: NDArray[np.float64],
+    HXs: NDArray[np.float64], d: NDArray[np.float64], scratch: NDArray[np.float64], jobs: PointWork,
 ) -> None:
     """Round ``r``'s steps with row ``i0`` deleted, accumulated into the in-tree moves ``u``
-    (``HXs``: an empty (0, K) array, the joint rule's sums :func:`refit_round_sums` takes)."""
+    (``HXs``: an empty (0, K) array, the joint rule's sums :func:`refit_round_sums` takes; ``jobs``:
+    the refit's team, :mod:`.pointjobs`)."""
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     rl0 = lay.leaf_off[t0]
     for s in range(trees.n_steps[t0]):
         _refit_round_sums_inline(lay, trees, rows, loss, sums, None, r, s, A, delta, u, w_new, sel, every,
-                                 changed, i0, Gs, Hs, HXs, scratch, u[:0], False)
+                                 changed, i0, Gs, Hs, HXs, scratch, u[:0], False, jobs)
         refit_round_steps(lay, trees, r, Gs, Hs, mean_w, d)
         for t in range(t0, t1):
             for gl in range(lay.leaf_off[t], lay.leaf_off[t + 1]):

@@ -276,7 +276,7 @@ def try_objective(
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, bt: Backtrack,
     A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64], t: int,
 ) -> float:
-    """The objective backtracking tree ``t`` compares (:func:`.objective.value`) at the moves
+    """The objective backtracking tree ``t`` compares (:func:`.objective.part`) at the moves
     ``work.u`` plus the try ``work.step``, no row deleted; the exp-space approx at ``work.u`` is
     ``work.point_buf``, which the last :func:`step_sums` filled (:func:`fills_points`)."""
     objective.prepare(lay, bt, t, work.step, work.dl)

@@ -1,0 +1,322 @@
+"""The passes over the rows of one training point's LeafRefit or forward derivative, shared by a
+team of threads (numba). Private to the engine.
+
+:func:`.passes.refit_many` deletes its rows one after the other on thread 0, the driver, and
+:func:`.passes.forward_many` differentiates in their weights one after the other, as
+:mod:`.rowjobs` does for the replay. Each pass over every row of a round is *posted* as a job that
+every thread of the team (:mod:`.team`) does on its own chunks of :data:`.team.CHUNK_ROWS` rows:
+
+- the refit's leaf sums of a one-output tree where every leaf is summed anew (:func:`tree_sums`),
+  and a backtracking try's objective (:func:`try_objective`; each thread its share of the parts,
+  :mod:`.objective`);
+- forward mode's leaf-sum derivatives where every row's margin moves (:func:`share_sums`);
+- the margins and the propagated changes moved past the round (:func:`advance`).
+
+The other threads wait for jobs in :func:`serve`. The rest of a round (the leaf steps,
+backtracking's decisions, the leaves summed one by one from ``rows_by_leaf``) is the driver's.
+
+A leaf's sum over its rows goes chunk by chunk, each chunk in row order, then the chunks' sums in
+chunk order, as the replay's: whatever the number of threads, the sums, decisions and leaf values
+are the same, and for up to 4,096 rows they are the sums in row order. A team of one thread does
+the same jobs, in the same order.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .. import _jit as numba
+from ..losses import derivs1, derivs1_exp, params4, weighted
+from . import objective
+from .common import per_row
+from .fastobj import SumOrder, new_sum_order
+from .indexing import INDEX
+from .state import Backtrack, Layout, LossSpec, Rows, Sums, Trees
+from .team import CHUNK_ROWS, barrier, n_chunks, own_rows
+
+_internal = numba.njit(cache=True, nogil=True, internal=True)
+
+#: Job codes (``PointWork.job[0]``).
+SUMS, OBJECTIVE, SHARES, ADVANCE, STOP = 1, 2, 3, 4, 5
+
+
+class PointWork(NamedTuple):
+    """What the team of one training point's pass shares: the job board and the arrays of the point
+    (n rows, K outputs, n_total leaves; thread 0 resets them for each point). Named for the refit;
+    forward mode keeps the margin derivatives in ``delta`` and the leaf-value derivatives' in-tree
+    parts in ``u``."""
+
+    n_team: int  # threads in the team
+    bar: NDArray[np.int64]  # (2,) the team's barrier (:func:`.team.barrier`)
+    job: NDArray[np.int64]  # (6,) the posted job: code and five arguments
+    P: NDArray[np.float64]  # (chunks, most leaves of a round, 2) each chunk's sums by leaf: w g, w h (or
+    # w) for the refit, the derivatives' sums dG, dD for forward mode
+    parts: NDArray[np.float64]  # (most objective parts, 2) a try's objective, part by part
+    A: NDArray[np.float64]  # (n, K) the original margins entering the round
+    delta: NDArray[np.float64]  # (n, K) each row's margin change so far; 0 rows (refit) or 1 (forward:
+    # the point's own) where other rows' changes are not propagated
+    u: NDArray[np.float64]  # (n_total,) in-tree moves of the round's leaves
+    step: NDArray[np.float64]  # (n_total,) a backtracking try's leaf steps
+    out: NDArray[np.float64]  # (n_total,) the new leaf values
+    sel: NDArray[np.bool_]  # (n_total,) the update set's leaves
+    w_new: NDArray[np.float64]  # (n,) the weights without the deleted row
+    point_buf: NDArray[np.float64]  # (n or 0,) the fast objective's exp-space approx of each row
+    dl: NDArray[np.float64]  # (most leaves of a tree,) the fast objective's exp of a try's steps
+    so: SumOrder  # (n or 0,) the fast objective's rows in its order, this deletion's
+
+
+def make_point_work(n_team: int, n: int, K: int, n_total: int, most_leaves: int, parts: int, changes: int,
+                    fast_rows: int) -> PointWork:
+    """A :class:`PointWork` for a team of ``n_team`` (``most_leaves``: of a round; ``parts``: most
+    parts of a try's objective; ``changes``: rows of ``delta``; ``fast_rows``: rows the booster's
+    own objective arithmetic sums, ``n`` or 0)."""
+    return PointWork(n_team=n_team, bar=np.zeros(2, dtype=np.int64), job=np.zeros(6, dtype=np.int64),
+                     P=np.zeros((n_chunks(n), most_leaves, 2)), parts=np.zeros((max(parts, 1), 2)),
+                     A=np.empty((n, K)), delta=np.empty((changes, K)), u=np.zeros(n_total),
+                     step=np.zeros(n_total), out=np.empty(n_total), sel=np.zeros(n_total, dtype=np.bool_),
+                     w_new=np.empty(n), point_buf=np.empty(n), dl=np.empty(most_leaves),
+                     so=new_sum_order(fast_rows))
+
+
+@_internal
+def _chunk_sums(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, t: int, A: NDArray[np.float64],
+    delta: NDArray[np.float64], all_moved: bool, track: bool, sel: NDArray[np.bool_], u: NDArray[np.float64],
+    w_new: NDArray[np.float64], i0: int, j0: int, j1: int, P: NDArray[np.float64],
+    points: NDArray[np.float64], fill: bool,
+) -> None:
+    """Every leaf's sums of one-output tree ``t`` over rows ``j0 .. j1 - 1`` (one chunk), row ``i0``
+    deleted, into ``P`` (leaves of the tree, 2), zeroed first: w g, and w h (Newton) or w.
+
+    A row's margin is ``A`` plus the tree's in-tree move ``u``, plus its change ``delta`` if
+    ``all_moved``, or if ``track`` and its leaf is in ``sel``. If ``fill``, also each row's ``exp``
+    of its margin as :func:`.objective.part` adds it (``A + u``, then ``delta``) into ``points``
+    (n,): the exp-space approx of a backtracking try, the exponential shared with the derivatives'
+    (:func:`.derivs1_exp`) where the two margins are the same number (the two orders of addition
+    mostly round alike)."""
+    base = lay.leaf_off[t]
+    L = lay.leaf_off[t + 1] - base
+    P[:L] = 0.0
+    newton = trees.newton[t]
+    # arrays taken out of their groups once (two reference counts per row each otherwise); leaves
+    # indexed ``& INDEX``: no wrap-around
+    u_t, sel_t, leaf, y, code, f32 = u[base:], sel[base:], lay.leaf[t], rows.y, loss.code, rows.f32
+    prm = params4(loss.prm)
+    h_min = loss.prm[0]
+    for j in range(j0, j1):
+        if j == i0:
+            continue
+        lj = leaf[j] & INDEX
+        moved = all_moved or (track and sel_t[lj])
+        m = (A[j, 0] + delta[j, 0] if moved else A[j, 0]) + u_t[lj]
+        if fill:
+            gg, hh, _, _, em = derivs1_exp(code, prm, y[j, 0], m)
+            mo = A[j, 0] + u_t[lj] + delta[j, 0] if moved else m  # the objective's order
+            points[j] = em if mo == m else math.exp(mo)
+        else:
+            gg, hh, _, _ = derivs1(code, prm, y[j, 0], m)
+        wg, wh = weighted(code, gg, max(hh, h_min), w_new[j], f32)
+        P[lj, 0] += wg
+        P[lj, 1] += wh if newton else w_new[j]
+
+
+@_internal
+def tree_sums(
+    jobs: PointWork | None, lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, t: int,
+    A: NDArray[np.float64], delta: NDArray[np.float64], all_moved: bool, track: bool, sel: NDArray[np.bool_],
+    u: NDArray[np.float64], w_new: NDArray[np.float64], i0: int, Gs: NDArray[np.float64],
+    Hs: NDArray[np.float64], points: NDArray[np.float64], fill: bool,
+) -> None:
+    """Every leaf's sums of one-output tree ``t``, row ``i0`` deleted (arguments as
+    :func:`_chunk_sums`'s), added into ``Gs``, ``Hs`` (indexed by the tree's leaves) chunk by
+    chunk in chunk order: posted to the team of ``jobs``, whose arrays the others must be, or,
+    without a team (None), summed here."""
+    n = A.shape[0]
+    L = lay.leaf_off[t + 1] - lay.leaf_off[t]
+    if jobs is None:
+        P = np.empty((L, 2))
+        for c0 in range(0, n, CHUNK_ROWS):
+            _chunk_sums(lay, trees, rows, loss, t, A, delta, all_moved, track, sel, u, w_new, i0, c0,
+                        min(n, c0 + CHUNK_ROWS), P, points, fill)
+            for lj in range(L):
+                Gs[lj] += P[lj, 0]
+                Hs[lj] += P[lj, 1]
+        return
+    _post(jobs, lay, trees, rows, loss, sums, None, SUMS, t, i0, int(all_moved), int(track), int(fill))
+    for c in range(jobs.P.shape[0]):
+        Pc = jobs.P[c]
+        for lj in range(L):
+            Gs[lj] += Pc[lj, 0]
+            Hs[lj] += Pc[lj, 1]
+
+
+@_internal
+def try_objective(
+    jobs: PointWork, lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, bt: Backtrack, t: int,
+    every: bool, i0: int, fresh: bool,
+) -> float:
+    """The objective backtracking tree ``t`` compares (:func:`.objective.part`) at the moves
+    ``jobs.u`` plus the try ``jobs.step``, row ``i0`` deleted, rows moved by ``jobs.delta`` where
+    ``every`` or their leaf is in ``jobs.sel``; its parts posted to the team. ``fresh``: the
+    exp-space approx at ``u`` is computed anew, not read from ``jobs.point_buf``."""
+    objective.prepare(lay, bt, t, jobs.step, jobs.dl)
+    _post(jobs, lay, trees, rows, loss, sums, bt, OBJECTIVE, t, i0, int(every), int(fresh), 0)
+    return objective.combine(bt, jobs.A.shape[0], i0, jobs.parts)
+
+
+@_internal
+def share_sums(
+    jobs: PointWork, lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, r: int, s: int,
+    dG: NDArray[np.float64], dD: NDArray[np.float64],
+) -> None:
+    """Forward mode's step ``s`` of one-output round ``r``: every row's share (:func:`add_row_share1`,
+    margins ``jobs.A``, margin derivatives ``jobs.delta``) added into ``dG``, ``dD`` (the round's
+    leaves) chunk by chunk in chunk order, posted to the team."""
+    _post(jobs, lay, trees, rows, loss, sums, None, SHARES, r, s, 0, 0, 0)
+    L = lay.leaf_off[lay.round_ptr[r + 1]] - lay.leaf_off[lay.round_ptr[r]]
+    for c in range(jobs.P.shape[0]):
+        Pc = jobs.P[c]
+        for x in range(L):
+            dG[x] += Pc[x, 0]
+            dD[x] += Pc[x, 1]
+
+
+@per_row  # called per row: a call would cost the reference counts of every array it is given
+def add_row_share1(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, u_before: NDArray[np.float64], r: int, s: int,
+    A: NDArray[np.float64], j: int, J0: float, only: int, dG: NDArray[np.float64], dD: NDArray[np.float64],
+) -> None:
+    """One-output row ``j``'s share ``w_j (dg/dm J0, dh/dm J0)`` of step ``s`` of round ``r``, at
+    margin derivative ``J0``, added to the leaf derivatives ``dG``, ``dD`` (indexed by global leaf
+    minus the round's first leaf) of the round's trees (only tree ``only`` if >= 0): scalars only,
+    no per-row calls taking arrays (:func:`.plain.add_row_share`'s one-output case)."""
+    rl0 = lay.leaf_off[lay.round_ptr[r]]
+    m = A[j, 0]
+    for t in range(lay.round_ptr[r], lay.round_ptr[r + 1]):
+        m += u_before[lay.sl_off[lay.step_ptr[t] + s] + lay.leaf[t, j]]
+    _, hh, d2g, d2h = derivs1(loss.code, params4(loss.prm), rows.y[j, 0], m)
+    dg1 = d2g * J0
+    dh1 = d2h * J0 if hh >= loss.prm[0] else 0.0
+    for t in range(lay.round_ptr[r], lay.round_ptr[r + 1]):
+        if only < 0 or t == only:
+            x = lay.leaf_off[t] + lay.leaf[t, j] - rl0
+            dG[x] += rows.w[j] * dg1
+            if trees.newton[t]:
+                dD[x] += rows.w[j] * dh1
+
+
+@_internal
+def _chunk_shares(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, u_before: NDArray[np.float64], r: int, s: int,
+    A: NDArray[np.float64], J: NDArray[np.float64], j0: int, j1: int, P: NDArray[np.float64],
+) -> None:
+    """:func:`share_sums` of rows ``j0 .. j1 - 1`` (one chunk) into ``P`` (leaves of the round, 2),
+    zeroed first."""
+    P[:] = 0.0
+    dG, dD = P[:, 0], P[:, 1]
+    for j in range(j0, j1):
+        add_row_share1(lay, trees, rows, loss, u_before, r, s, A, j, J[j, 0], -1, dG, dD)
+
+
+#: How :func:`advance` moves ``PointWork.delta``.
+KEEP, REFIT, FORWARD = 0, 1, 2
+
+
+@_internal
+def advance(
+    jobs: PointWork, lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, r: int, how: int,
+) -> None:
+    """Every row past round ``r``: the original margins ``jobs.A`` by the stored leaf values, and
+    ``jobs.delta`` by the new leaf values ``jobs.out`` less the original ones (``how`` =
+    :data:`REFIT`: the refit's margin changes), by ``jobs.out`` (:data:`FORWARD`: forward mode's
+    margin derivatives) or not at all (:data:`KEEP`)."""
+    _post(jobs, lay, trees, rows, loss, sums, None, ADVANCE, r, how, 0, 0, 0)
+
+
+@_internal
+def _advance_rows(
+    lay: Layout, sums: Sums, r: int, how: int, A: NDArray[np.float64], delta: NDArray[np.float64],
+    out: NDArray[np.float64], j0: int, j1: int,
+) -> None:
+    """:func:`advance` for rows ``j0 .. j1 - 1``."""
+    values, stored = sums.values, sums.stored
+    for t in range(lay.round_ptr[r], lay.round_ptr[r + 1]):
+        c = lay.out[t]
+        base = lay.leaf_off[t]
+        leaf = lay.leaf[t]
+        for j in range(j0, j1):
+            gl = base + (leaf[j] & INDEX)
+            if how == REFIT:
+                delta[j, c] += out[gl] - values[gl]
+            elif how == FORWARD:
+                delta[j, c] += out[gl]
+            A[j, c] += stored[gl]
+
+
+@_internal
+def _do(
+    tid: int, jobs: PointWork, lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums,
+    bt: Backtrack | None, mrow: NDArray[np.float64],
+) -> None:
+    """Thread ``tid``'s share of the posted job (``bt`` None where the driver posting it has none:
+    then no objective is posted)."""
+    code, a1, a2, a3, a4, a5 = jobs.job[0], jobs.job[1], jobs.job[2], jobs.job[3], jobs.job[4], jobs.job[5]
+    n = jobs.A.shape[0]
+    j0, j1 = own_rows(n, tid, jobs.n_team)
+    if code == SUMS:  # tree a1, row a2 deleted, all moved a3, changes tracked a4, points filled a5
+        for c0 in range(j0, j1, CHUNK_ROWS):
+            _chunk_sums(lay, trees, rows, loss, a1, jobs.A, jobs.delta, a3 != 0, a4 != 0, jobs.sel, jobs.u,
+                        jobs.w_new, a2, c0, min(j1, c0 + CHUNK_ROWS), jobs.P[c0 // CHUNK_ROWS],
+                        jobs.point_buf, a5 != 0)
+    elif code == OBJECTIVE:  # tree a1, row a2 deleted, every row moved a3, fresh a4
+        if bt is None:
+            return
+        n_p = objective.n_parts(bt, n, a2)
+        for p in range(tid * n_p // jobs.n_team, (tid + 1) * n_p // jobs.n_team):
+            jobs.parts[p, 0], jobs.parts[p, 1] = objective.part(
+                lay, rows.y, loss, bt, a1, jobs.A, jobs.delta, jobs.sel, a3 != 0, jobs.u, jobs.step, jobs.dl,
+                jobs.w_new, a2, jobs.so, jobs.point_buf, mrow, a4 != 0, p)
+    elif code == SHARES:  # round a1, step a2
+        for c0 in range(j0, j1, CHUNK_ROWS):
+            _chunk_shares(lay, trees, rows, loss, sums.u_before, a1, a2, jobs.A, jobs.delta, c0,
+                          min(j1, c0 + CHUNK_ROWS), jobs.P[c0 // CHUNK_ROWS])
+    elif code == ADVANCE:  # round a1, delta moved as a2 says
+        _advance_rows(lay, sums, a1, a2, jobs.A, jobs.delta, jobs.out, j0, j1)
+
+
+@_internal
+def _post(
+    jobs: PointWork, lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, bt: Backtrack | None,
+    code: int, a1: int, a2: int, a3: int, a4: int, a5: int,
+) -> None:
+    """The driver posts a job, does its own share and waits for the team's."""
+    jobs.job[0], jobs.job[1], jobs.job[2], jobs.job[3], jobs.job[4], jobs.job[5] = code, a1, a2, a3, a4, a5
+    barrier(jobs.bar, jobs.n_team)
+    _do(0, jobs, lay, trees, rows, loss, sums, bt, np.empty(jobs.A.shape[1]))
+    barrier(jobs.bar, jobs.n_team)
+
+
+@_internal
+def serve(
+    tid: int, jobs: PointWork, lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums,
+    bt: Backtrack | None,
+) -> None:
+    """Thread ``tid`` (> 0): do each job the driver posts, until it posts :data:`STOP`."""
+    mrow = np.empty(jobs.A.shape[1])
+    while True:
+        barrier(jobs.bar, jobs.n_team)
+        if jobs.job[0] == STOP:
+            return
+        _do(tid, jobs, lay, trees, rows, loss, sums, bt, mrow)
+        barrier(jobs.bar, jobs.n_team)
+
+
+@_internal
+def stop(jobs: PointWork) -> None:
+    """The driver lets the team go (after its last job)."""
+    jobs.job[0] = STOP
+    barrier(jobs.bar, jobs.n_team)
