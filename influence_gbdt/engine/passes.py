@@ -33,7 +33,7 @@ from . import joint as joint_rule
 from . import renewed as renewed_rule
 from .common import NONE, add_round, advance_row, every_step_cached, per_row, round_sizes, select_leaves
 from .fastobj import fill_sum_order
-from .pointjobs import FORWARD, KEEP, REFIT, PointWork, advance, make_point_work, share_sums
+from .pointjobs import FORWARD, KEEP, REFIT, PointWork, advance, leaf_shares1, make_point_work, share_sums
 from .rowjobs import Work, make_work, serve, stop
 from .rowjobs import add_round as add_round_team
 from .state import Backtrack, Cache, Joint, Layout, LossSpec, Renewed, Rows, State, Sums, Trees, largest_round
@@ -250,6 +250,8 @@ def forward_one(  # noqa: C901 -- one loop nest over rounds, steps and the updat
             elif every:
                 for j in range(n):
                     _add_share(lay, trees, rows, loss, sums, joint, r, s, A, j, J[j], -1, dG, dD, dM, scratch)
+            elif K == 1 and t1 == t0 + 1:
+                leaf_shares1(lay, trees, rows, loss, sums.u_before, r, s, A, J, sel, track, i0, dG, dD)
             else:
                 for t in range(t0, t1):
                     if track:

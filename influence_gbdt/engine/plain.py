@@ -411,23 +411,26 @@ def refit_round_sums(
                 continue
             first = lay.leaf_first[gl]
             moved = track and (every or sel[gl])
+            # arrays out of their groups (two reference counts per row each, read in the loop)
+            by_leaf, y, code, h_min, f32 = lay.rows_by_leaf[t], rows.y, loss.code, loss.prm[0], rows.f32
+            newton = trees.newton[t]
             for q in range(first, first + lay.leaf_count[gl]):
-                j = lay.rows_by_leaf[t, q]
+                j = by_leaf[q]
                 if j == i0:
                     continue
                 if K == 1:  # scalars, no per-row calls taking arrays
                     m = A[j, 0] + delta[j, 0] if moved else A[j, 0]
-                    gg, hh, _, _ = derivs1(loss.code, prm, rows.y[j, 0], m + u[gl])
-                    wg, wh = weighted(loss.code, gg, max(hh, loss.prm[0]), w_new[j], rows.f32)
+                    gg, hh, _, _ = derivs1(code, prm, y[j, 0], m + u[gl])
+                    wg, wh = weighted(code, gg, max(hh, h_min), w_new[j], f32)
                 else:
                     _margin(lay, t, A, delta, moved, j, u, mrow)
-                    point(loss.code, loss.prm, mrow, z)
-                    grad_hess(loss.code, loss.prm, rows.y[j], z, g, h)
-                    wg, wh = weighted(loss.code, g[c], h[c], w_new[j], rows.f32)
+                    point(code, loss.prm, mrow, z)
+                    grad_hess(code, loss.prm, y[j], z, g, h)
+                    wg, wh = weighted(code, g[c], h[c], w_new[j], f32)
                     if is_joint:
                         add_hessian_row(z, c, w_new[j], HXs[gl - rl0])
                 Gs[gl - rl0] += wg
-                Hs[gl - rl0] += wh if trees.newton[t] else w_new[j]
+                Hs[gl - rl0] += wh if newton else w_new[j]
         if whole:
             tree_sums(jobs, lay, trees, rows, loss, sums, t, A, delta, track and every, track, sel, u, w_new,
                       i0, Gs[lay.leaf_off[t] - rl0 :], Hs[lay.leaf_off[t] - rl0 :], points, fill)

@@ -30,7 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .. import _jit as numba
-from ..losses import derivs1, derivs1_exp, params4, weighted
+from ..losses import Params4, derivs1, derivs1_exp, params4, weighted
 from . import objective
 from .common import per_row
 from .fastobj import SumOrder, new_sum_order
@@ -64,7 +64,7 @@ class PointWork(NamedTuple):
     out: NDArray[np.float64]  # (n_total,) the new leaf values
     sel: NDArray[np.bool_]  # (n_total,) the update set's leaves
     w_new: NDArray[np.float64]  # (n,) the weights without the deleted row
-    point_buf: NDArray[np.float64]  # (n or 0,) the fast objective's exp-space approx of each row
+    point_buf: NDArray[np.float64]  # (n,) the fast objective's exp-space approx of each row
     dl: NDArray[np.float64]  # (most leaves of a tree,) the fast objective's exp of a try's steps
     so: SumOrder  # (n or 0,) the fast objective's rows in its order, this deletion's
 
@@ -209,17 +209,77 @@ def add_row_share1(
                 dD[x] += rows.w[j] * dh1
 
 
+@per_row
+def _share1(code: int, prm: Params4, h_min: float, y: float, w: float, m: float,
+            J0: float) -> tuple[float, float]:
+    """A one-output row's share (w dg/dm J0, w dh/dm J0; the second 0 for a floored hessian, and
+    not added for a gradient step) at margin ``m``, label ``y``, weight ``w``, margin derivative
+    ``J0``: what :func:`add_row_share1` adds, from scalars."""
+    _, hh, d2g, d2h = derivs1(code, prm, y, m)
+    return w * (d2g * J0), w * (d2h * J0 if hh >= h_min else 0.0)
+
+
 @_internal
 def _chunk_shares(
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, u_before: NDArray[np.float64], r: int, s: int,
     A: NDArray[np.float64], J: NDArray[np.float64], j0: int, j1: int, P: NDArray[np.float64],
 ) -> None:
     """:func:`share_sums` of rows ``j0 .. j1 - 1`` (one chunk) into ``P`` (leaves of the round, 2),
-    zeroed first."""
+    zeroed first: a round of one tree (every one-output default) with its arrays taken out of their
+    groups before the loop (read from a group in the loop, each costs two atomic reference counts
+    per row, which the team's threads contend for), the same arithmetic as
+    :func:`add_row_share1`'s; a round of several trees through it."""
     P[:] = 0.0
-    dG, dD = P[:, 0], P[:, 1]
+    t0 = lay.round_ptr[r]
+    if lay.round_ptr[r + 1] > t0 + 1:
+        dG, dD = P[:, 0], P[:, 1]
+        for j in range(j0, j1):
+            add_row_share1(lay, trees, rows, loss, u_before, r, s, A, j, J[j, 0], -1, dG, dD)
+        return
+    code, prm, h_min, y, w = loss.code, params4(loss.prm), loss.prm[0], rows.y, rows.w
+    newton = trees.newton[t0]
+    leaf, ub = lay.leaf[t0], u_before[lay.sl_off[lay.step_ptr[t0] + s] :]  # leaves indexed ``& INDEX``
     for j in range(j0, j1):
-        add_row_share1(lay, trees, rows, loss, u_before, r, s, A, j, J[j, 0], -1, dG, dD)
+        lj = leaf[j] & INDEX
+        g, h = _share1(code, prm, h_min, y[j, 0], w[j], A[j, 0] + ub[lj], J[j, 0])
+        P[lj, 0] += g
+        if newton:
+            P[lj, 1] += h
+
+
+@_internal
+def leaf_shares1(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, u_before: NDArray[np.float64], r: int, s: int,
+    A: NDArray[np.float64], J: NDArray[np.float64], sel: NDArray[np.bool_], track: bool, i0: int,
+    dG: NDArray[np.float64], dD: NDArray[np.float64],
+) -> None:
+    """Forward mode's step ``s`` of a one-output round ``r`` of one tree where not every row's
+    margin moves: the shares of the rows of the update set's leaves ``sel`` (if ``track``; each
+    leaf's rows in row order, from ``rows_by_leaf``), then row ``i0``'s own if its leaf is not one
+    of them, added into ``dG``, ``dD`` (the tree's leaves); ``J`` (n, K) the margin derivatives,
+    or row i0's alone in its one row. On the driver, arrays out of their groups, as
+    :func:`_chunk_shares`."""
+    t = lay.round_ptr[r]
+    base = lay.leaf_off[t]
+    code, prm, h_min, y, w = loss.code, params4(loss.prm), loss.prm[0], rows.y, rows.w
+    newton = trees.newton[t]
+    leaf, ub, by_leaf = lay.leaf[t], u_before[lay.sl_off[lay.step_ptr[t] + s] :], lay.rows_by_leaf[t]
+    first, count = lay.leaf_first[base:], lay.leaf_count[base:]
+    if track:
+        for lj in range(lay.leaf_off[t + 1] - base):
+            if sel[base + lj]:
+                for q in range(first[lj], first[lj] + count[lj]):
+                    j = by_leaf[q]
+                    g, h = _share1(code, prm, h_min, y[j, 0], w[j], A[j, 0] + ub[lj], J[j, 0])
+                    dG[lj] += g
+                    if newton:
+                        dD[lj] += h
+    li0 = leaf[i0]
+    if not (track and sel[base + li0]):  # the row's own change
+        g, h = _share1(code, prm, h_min, y[i0, 0], w[i0], A[i0, 0] + ub[li0], J[i0 if track else 0, 0])
+        dG[li0] += g
+        if newton:
+            dD[li0] += h
 
 
 #: How :func:`advance` moves ``PointWork.delta``.
