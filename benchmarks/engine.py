@@ -192,8 +192,11 @@ def thread_counts() -> list[int]:
 
 def thread_scaling(ensemble: TreeEnsemble, sub, rows: np.ndarray, counts: list[int], setup: float) -> None:
     """The same engine's operations on each of ``counts`` threads, in one run (best of repeats;
-    the replay is the best of two constructions). Each row is printed as soon as it is measured."""
-    columns = ("replay (fit)", "1 test point", "100 test points", "mean loss of 1,000", "leaf_refit per row")
+    the replay is the best of two constructions; LeafRefit per row over ``rows``, split over the
+    threads, and of one row alone, on a team of them). Each row is printed as soon as it is
+    measured."""
+    columns = ("replay (fit)", "1 test point", "100 test points", "mean loss of 1,000", "leaf_refit per row",
+               "leaf_refit of one row")
     print(f"\nn = {ensemble.n_rows}, {ensemble.n_trees} trees, {os.cpu_count()} CPUs; setup {setup:.3g} s")
     print("\nThreads (`InfluenceEngine(..., n_threads=k)`; seconds, and the speed-up over the first row):\n")
     print("| threads | " + " | ".join(columns) + " |")
@@ -209,7 +212,8 @@ def thread_scaling(ensemble: TreeEnsemble, sub, rows: np.ndarray, counts: list[i
         table[k] = (replay, timed(lambda e=engine: e.influence_reverse(sub(1)), 5),
                     timed(lambda e=engine: e.influence_reverse(sub(100)), 2),
                     timed(lambda e=engine: e.influence_reverse(sub(1000), aggregate="mean"), 5),
-                    timed(lambda e=engine: e.leaf_refit(sub(100), rows=rows), 1) / rows.size)
+                    timed(lambda e=engine: e.leaf_refit(sub(100), rows=rows), 1) / rows.size,
+                    timed(lambda e=engine: e.leaf_refit(sub(100), rows=rows[:1]), 2))
         first = table[counts[0]]
         cells = [f"{t:.4g} ({first[i] / t:.2f}x)" for i, t in enumerate(table[k])]
         print(f"| {k} | " + " | ".join(cells) + " |", flush=True)
