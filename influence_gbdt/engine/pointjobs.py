@@ -142,16 +142,21 @@ def tree_sums(
         for c0 in range(0, n, CHUNK_ROWS):
             _chunk_sums(lay, trees, rows, loss, t, A, delta, all_moved, track, sel, u, w_new, i0, c0,
                         min(n, c0 + CHUNK_ROWS), P, points, fill)
-            for lj in range(L):
-                Gs[lj] += P[lj, 0]
-                Hs[lj] += P[lj, 1]
+            _add_chunk(P, L, Gs, Hs)
         return
     _post(jobs, lay, trees, rows, loss, sums, None, SUMS, t, i0, int(all_moved), int(track), int(fill))
     for c in range(jobs.P.shape[0]):
-        Pc = jobs.P[c]
-        for lj in range(L):
-            Gs[lj] += Pc[lj, 0]
-            Hs[lj] += Pc[lj, 1]
+        _add_chunk(jobs.P[c], L, Gs, Hs)
+
+
+@_internal
+def _add_chunk(P: NDArray[np.float64], L: int, first: NDArray[np.float64],
+               second: NDArray[np.float64]) -> None:
+    """One chunk's sums ``P`` (>= L, 2) of ``L`` leaves added into ``first`` and ``second`` (the
+    chunks are added in chunk order: see the module docstring)."""
+    for lj in range(L):
+        first[lj] += P[lj, 0]
+        second[lj] += P[lj, 1]
 
 
 @_internal
@@ -179,10 +184,7 @@ def share_sums(
     _post(jobs, lay, trees, rows, loss, sums, None, SHARES, r, s, 0, 0, 0)
     L = lay.leaf_off[lay.round_ptr[r + 1]] - lay.leaf_off[lay.round_ptr[r]]
     for c in range(jobs.P.shape[0]):
-        Pc = jobs.P[c]
-        for x in range(L):
-            dG[x] += Pc[x, 0]
-            dD[x] += Pc[x, 1]
+        _add_chunk(jobs.P[c], L, dG, dD)
 
 
 @per_row  # called per row: a call would cost the reference counts of every array it is given
@@ -198,15 +200,13 @@ def add_row_share1(
     m = A[j, 0]
     for t in range(lay.round_ptr[r], lay.round_ptr[r + 1]):
         m += u_before[lay.sl_off[lay.step_ptr[t] + s] + lay.leaf[t, j]]
-    _, hh, d2g, d2h = derivs1(loss.code, params4(loss.prm), rows.y[j, 0], m)
-    dg1 = d2g * J0
-    dh1 = d2h * J0 if hh >= loss.prm[0] else 0.0
+    g, h = _share1(loss.code, params4(loss.prm), loss.prm[0], rows.y[j, 0], rows.w[j], m, J0)
     for t in range(lay.round_ptr[r], lay.round_ptr[r + 1]):
         if only < 0 or t == only:
             x = lay.leaf_off[t] + lay.leaf[t, j] - rl0
-            dG[x] += rows.w[j] * dg1
+            dG[x] += g
             if trees.newton[t]:
-                dD[x] += rows.w[j] * dh1
+                dD[x] += h
 
 
 @per_row
