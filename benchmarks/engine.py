@@ -10,14 +10,19 @@ row printed as it is measured (issue 27's many-core table: ``--n 300000 --scalin
 ``--ceiling`` adds the machine's own scaling on the same team of threads: a loop of independent
 exponentials and divisions on data each thread keeps in its cache (no memory traffic), the same
 in the sweep's rounds and barriers, and a plain read of 1.6 GB; what the engine's speed-ups are to
-be compared with.
+be compared with. ``--busy K`` runs K busy processes beside the scaling table (a machine running
+more threads than it has cores: what the team's barrier must not make slower than one thread).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 
 import numba
 import numpy as np
@@ -69,6 +74,20 @@ def timed(fn, repeat: int = 3) -> float:
     return best
 
 
+@contextlib.contextmanager
+def busy(k: int) -> Iterator[None]:
+    """``k`` processes that keep a core busy each, for as long as the block runs."""
+    if k:
+        print(f"\n({k} busy process{'es' if k > 1 else ''} beside this table)")
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(k)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=32_561)
@@ -82,6 +101,8 @@ def main() -> None:
                         help="rows removed by the scaling table's leaf_refit (default 64)")
     parser.add_argument("--ceiling", action="store_true",
                         help="also print the machine's own scaling (arithmetic alone, a plain read)")
+    parser.add_argument("--busy", type=int, default=0,
+                        help="busy processes to run beside the scaling table (default 0)")
     args = parser.parse_args()
 
     warm, warm_test = synthetic(200, 3, 4, 5)
@@ -104,7 +125,8 @@ def main() -> None:
     counts = [int(k) for k in args.threads.split(",")] if args.threads else thread_counts()
     refit_rows = np.arange(0, args.n, max(1, args.n // args.refit_rows))[: args.refit_rows]
     if args.scaling_only:
-        thread_scaling(engine.ensemble, sub, refit_rows, counts, setup)
+        with busy(args.busy):
+            thread_scaling(engine.ensemble, sub, refit_rows, counts, setup)
         if args.ceiling:
             machine_ceiling(counts)
         return
@@ -179,7 +201,8 @@ def main() -> None:
     print("|---|---:|---|---|")
     for name, unit, sec, target in results:
         print(f"| {name} | {sec:.4g} | {unit} | {target} |")
-    thread_scaling(engine.ensemble, sub, refit_rows, counts, setup)
+    with busy(args.busy):
+        thread_scaling(engine.ensemble, sub, refit_rows, counts, setup)
     if args.ceiling:
         machine_ceiling(counts)
 

@@ -1,6 +1,7 @@
 """The engine's thread teams (``engine.team.run``): every member runs once with its number, helper
-threads are kept and reused between teams, a helper's error reaches the caller, and a forked
-child (a Dask or multiprocessing worker) runs teams of its own."""
+threads are kept and reused between teams, a helper's error reaches the caller, a forked child (a
+Dask or multiprocessing worker) runs teams of its own, and the barrier holds every member until
+all have arrived, however long they wait (through its spinning, yielding and napping)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import threading
 import warnings
 import weakref
 
+import numba
 import numpy as np
 import pytest
 
@@ -89,3 +91,33 @@ def test_a_forked_child_runs_teams_of_its_own() -> None:
     child.join(timeout=60)
     assert child.exitcode == 0
     assert queue.get(timeout=5) == [3, 3, 3]
+
+
+@numba.njit(nogil=True)
+def _rounds(tid: int, n_team: int, bar: np.ndarray, work: np.ndarray, posted: np.ndarray,
+            seen: np.ndarray) -> None:
+    """Round r: member ``r % n_team`` works ``work[r]`` steps, then posts ``r + 1``; after the
+    barrier every member records what it sees posted; a second barrier ends the round."""
+    for r in range(posted.shape[0]):
+        if tid == r % n_team:
+            x = 0.0
+            for i in range(work[r]):
+                x += np.sqrt(float(i))
+            posted[r] = r + 1 + 0.0 * x  # after the work (x keeps the loop)
+        team.barrier(bar, n_team)
+        seen[tid, r] = posted[r]
+        team.barrier(bar, n_team)
+
+
+@pytest.mark.calls_kernels
+@pytest.mark.parametrize("n_team", [2, 3, 8])
+def test_the_barrier_holds_every_member_until_all_arrive_however_long_they_wait(n_team: int) -> None:
+    """Waits from none to tens of milliseconds: past the barrier's spinning (~30 us), its yielding
+    (~1 ms) and into its naps; 8 members on a machine of fewer cores make members wait for others
+    that have no core. A member let through early would record a round's value unposted (0)."""
+    rounds = 24
+    work = np.array([0, 10, 10**3, 10**5, 10**6, 10**7] * 4, dtype=np.int64)
+    posted = np.zeros(rounds)
+    seen = np.zeros((n_team, rounds))
+    team.run(_rounds, n_team, work, posted, seen)
+    np.testing.assert_array_equal(seen, np.broadcast_to(np.arange(1, rounds + 1), (n_team, rounds)))

@@ -4,9 +4,14 @@
 n - 1): the calling thread and ``n - 1`` helper threads, kept between teams (idle ones wait on a
 semaphore, using no processor). The kernel splits the rows by ``tid`` and meets the others at
 :func:`barrier` between the phases of each round. A round's phase lasts tens of microseconds or
-more, so the barrier spins on an atomic counter instead of sleeping (as OpenMP's does). The
-kernels release the GIL; no numba ``parallel=True`` layer is involved (see :mod:`.._jit`), so
-several Python threads may run teams at the same time.
+more, so a thread waiting at the barrier does not go to sleep at once (as OpenMP's do not): it
+spins on an atomic counter with the processor's spin-wait hint, then yields its core at each check,
+then naps between checks (:data:`SPINS`, :data:`YIELDS`, :data:`NAP_US`). On an idle machine a
+wait ends within the spinning. Where a machine runs more threads than it has cores (another
+process, several teams at once), a waiting thread soon stops holding a core that the thread it
+waits for needs: spinning alone made two threads 1.5-6x slower than one there. The kernels release
+the GIL; no numba ``parallel=True`` layer is involved (see :mod:`.._jit`), so several Python
+threads may run teams at the same time.
 
 Rows are split in fixed chunks of :data:`CHUNK_ROWS`, a thread taking a contiguous run of them:
 a sum over rows is summed chunk by chunk, each chunk in row order, then the chunks' sums in chunk
@@ -15,12 +20,17 @@ order, whatever the number of threads, so that the result does not depend on it.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import platform
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from llvmlite import binding as llvm
+from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -71,6 +81,85 @@ def _load_typer(typingctx: Any, counter: Any, index: Any) -> Any:
 _fetch_add: Any = intrinsic(_fetch_add_typer)
 _load: Any = intrinsic(_load_typer)
 
+#: A waiting thread's checks of the barrier: the first :data:`SPINS` with the processor's spin-wait
+#: hint between them (~25-40 us: a round's phase lasts tens of microseconds or more), the next
+#: :data:`YIELDS` each after yielding its core (~0.7 ms on an idle core), the rest each after a
+#: :data:`NAP_US` microseconds' sleep.
+SPINS = 1024
+YIELDS = 1024
+NAP_US = 20
+
+
+def _bind(symbol: str, function: Callable[[], Any]) -> bool:
+    """Bind ``symbol`` for compiled code (and for cached code loaded later) to the C function
+    ``function()`` returns; False where there is none."""
+    try:
+        address = ctypes.cast(function(), ctypes.c_void_p).value
+    except (OSError, AttributeError):
+        return False
+    llvm.add_symbol(symbol, address)
+    return True
+
+
+if sys.platform == "win32":
+    _YIELD = _bind("influence_gbdt_yield", lambda: ctypes.WinDLL("kernel32").SwitchToThread)  # type: ignore[attr-defined]
+    _NAP = False  # Windows' Sleep counts whole milliseconds: a waiting thread only yields
+else:
+    _YIELD = _bind("influence_gbdt_yield", lambda: ctypes.CDLL(None).sched_yield)
+    _NAP = _bind("influence_gbdt_nap", lambda: ctypes.CDLL(None).usleep)
+
+
+def _relax_typer(typingctx: Any) -> Any:
+    """The processor's spin-wait hint: ``pause`` on x86-64 (SSE2, in every x86-64), ``yield`` on
+    aarch64, nothing elsewhere. It saves power and lets a sibling hyperthread run."""
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        machine = platform.machine().lower()
+        if machine in ("x86_64", "amd64"):
+            pause = ir.FunctionType(ir.VoidType(), [])
+            builder.call(cgutils.get_or_insert_function(builder.module, pause, "llvm.x86.sse2.pause"), [])
+        elif machine in ("aarch64", "arm64"):
+            hint = ir.FunctionType(ir.VoidType(), [ir.IntType(32)])
+            builder.call(cgutils.get_or_insert_function(builder.module, hint, "llvm.aarch64.hint"),
+                         [ir.Constant(ir.IntType(32), 1)])
+        return context.get_dummy_value()
+
+    return types.void(), codegen
+
+
+def _yield_typer(typingctx: Any) -> Any:
+    """Give this thread's core to another thread that is ready to run there, if any (a system call
+    that returns at once on an idle core); without such a call, the spin-wait hint."""
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        if not _YIELD:
+            return _relax_typer(typingctx)[1](context, builder, signature, args)
+        function = ir.FunctionType(ir.IntType(32), [])
+        builder.call(cgutils.get_or_insert_function(builder.module, function, "influence_gbdt_yield"), [])
+        return context.get_dummy_value()
+
+    return types.void(), codegen
+
+
+def _nap_typer(typingctx: Any) -> Any:
+    """Sleep :data:`NAP_US` microseconds (``usleep``), leaving this core to any thread the system
+    moves there; without ``usleep``, yield."""
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        if not _NAP:
+            return _yield_typer(typingctx)[1](context, builder, signature, args)
+        function = ir.FunctionType(ir.IntType(32), [ir.IntType(32)])
+        builder.call(cgutils.get_or_insert_function(builder.module, function, "influence_gbdt_nap"),
+                     [ir.Constant(ir.IntType(32), NAP_US)])
+        return context.get_dummy_value()
+
+    return types.void(), codegen
+
+
+_relax: Any = intrinsic(_relax_typer)
+_yield: Any = intrinsic(_yield_typer)
+_nap: Any = intrinsic(_nap_typer)
+
 
 @_internal
 def barrier(bar: NDArray[np.int64], n_team: int) -> None:
@@ -84,8 +173,15 @@ def barrier(bar: NDArray[np.int64], n_team: int) -> None:
         _fetch_add(bar, 0, -n_team)
         _fetch_add(bar, 1, 1)
     else:
+        checks = 0
         while _load(bar, 1) == passed:
-            pass
+            if checks < SPINS:
+                _relax()
+            elif checks < SPINS + YIELDS:
+                _yield()
+            else:
+                _nap()
+            checks += 1
 
 
 @_internal
