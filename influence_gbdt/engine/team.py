@@ -109,51 +109,63 @@ else:
     _NAP = _bind("influence_gbdt_nap", lambda: ctypes.CDLL(None).usleep)
 
 
-def _relax_typer(typingctx: Any) -> Any:
+def _call(builder: Any, name: str, returns: Any, *args: int) -> None:
+    """Emit a call of the function ``name`` (an LLVM intrinsic or a symbol bound above) with the
+    int32 constants ``args``; ``returns``: its LLVM result type."""
+    i32 = ir.IntType(32)
+    signature = ir.FunctionType(returns, [i32] * len(args))
+    function = cgutils.get_or_insert_function(builder.module, signature, name)
+    builder.call(function, [ir.Constant(i32, arg) for arg in args])
+
+
+def _emit_relax(builder: Any) -> None:
     """The processor's spin-wait hint: ``pause`` on x86-64 (SSE2, in every x86-64), ``yield`` on
     aarch64, nothing elsewhere. It saves power and lets a sibling hyperthread run."""
+    machine = platform.machine().lower()
+    if machine in ("x86_64", "amd64"):
+        _call(builder, "llvm.x86.sse2.pause", ir.VoidType())
+    elif machine in ("aarch64", "arm64"):
+        _call(builder, "llvm.aarch64.hint", ir.VoidType(), 1)
+
+
+def _emit_yield(builder: Any) -> None:
+    """Give this thread's core to another thread that is ready to run there, if any (a system call
+    that returns at once on an idle core); without such a call, the spin-wait hint."""
+    if _YIELD:
+        _call(builder, "influence_gbdt_yield", ir.IntType(32))
+    else:
+        _emit_relax(builder)
+
+
+def _emit_nap(builder: Any) -> None:
+    """Sleep :data:`NAP_US` microseconds (``usleep``), leaving this core to any thread the system
+    moves there; without ``usleep``, yield."""
+    if _NAP:
+        _call(builder, "influence_gbdt_nap", ir.IntType(32), NAP_US)
+    else:
+        _emit_yield(builder)
+
+
+def _statement(emit: Callable[[Any], None]) -> Callable[..., Any]:
+    """The code generator of a compiled statement of no arguments and no value: ``emit(builder)``."""
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        machine = platform.machine().lower()
-        if machine in ("x86_64", "amd64"):
-            pause = ir.FunctionType(ir.VoidType(), [])
-            builder.call(cgutils.get_or_insert_function(builder.module, pause, "llvm.x86.sse2.pause"), [])
-        elif machine in ("aarch64", "arm64"):
-            hint = ir.FunctionType(ir.VoidType(), [ir.IntType(32)])
-            builder.call(cgutils.get_or_insert_function(builder.module, hint, "llvm.aarch64.hint"),
-                         [ir.Constant(ir.IntType(32), 1)])
+        emit(builder)
         return context.get_dummy_value()
 
-    return types.void(), codegen
+    return codegen
+
+
+def _relax_typer(typingctx: Any) -> Any:
+    return types.void(), _statement(_emit_relax)
 
 
 def _yield_typer(typingctx: Any) -> Any:
-    """Give this thread's core to another thread that is ready to run there, if any (a system call
-    that returns at once on an idle core); without such a call, the spin-wait hint."""
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        if not _YIELD:
-            return _relax_typer(typingctx)[1](context, builder, signature, args)
-        function = ir.FunctionType(ir.IntType(32), [])
-        builder.call(cgutils.get_or_insert_function(builder.module, function, "influence_gbdt_yield"), [])
-        return context.get_dummy_value()
-
-    return types.void(), codegen
+    return types.void(), _statement(_emit_yield)
 
 
 def _nap_typer(typingctx: Any) -> Any:
-    """Sleep :data:`NAP_US` microseconds (``usleep``), leaving this core to any thread the system
-    moves there; without ``usleep``, yield."""
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        if not _NAP:
-            return _yield_typer(typingctx)[1](context, builder, signature, args)
-        function = ir.FunctionType(ir.IntType(32), [ir.IntType(32)])
-        builder.call(cgutils.get_or_insert_function(builder.module, function, "influence_gbdt_nap"),
-                     [ir.Constant(ir.IntType(32), NAP_US)])
-        return context.get_dummy_value()
-
-    return types.void(), codegen
+    return types.void(), _statement(_emit_nap)
 
 
 _relax: Any = intrinsic(_relax_typer)
