@@ -115,8 +115,8 @@ def test_the_barrier_holds_every_member_until_all_arrive_however_long_they_wait(
     """Waits from none to tens of milliseconds: past the barrier's spinning (~30 us), its yielding
     (~1 ms) and into its naps; 8 members on a machine of fewer cores make members wait for others
     that have no core. A member let through early would record a round's value unposted (0)."""
-    rounds = 24
     work = np.array([0, 10, 10**3, 10**5, 10**6, 10**7] * 4, dtype=np.int64)
+    rounds = len(work)
     posted = np.zeros(rounds)
     seen = np.zeros((n_team, rounds))
     team.run(_rounds, n_team, work, posted, seen)
