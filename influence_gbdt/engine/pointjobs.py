@@ -302,19 +302,36 @@ def _advance_rows(
     lay: Layout, sums: Sums, r: int, how: int, A: NDArray[np.float64], delta: NDArray[np.float64],
     out: NDArray[np.float64], j0: int, j1: int,
 ) -> None:
-    """:func:`advance` for rows ``j0 .. j1 - 1``."""
-    values, stored = sums.values, sums.stored
+    """:func:`advance` for rows ``j0 .. j1 - 1``, a one-output model's arrays as contiguous ``(n,)``
+    views (a column of an ``(n, 1)`` array is indexed with a stride; sampled on one thread, 300,000
+    rows: this pass took 18% of a deleted row's LeafRefit with strides, 12% without)."""
+    K = A.shape[1]
     for t in range(lay.round_ptr[r], lay.round_ptr[r + 1]):
         c = lay.out[t]
         base = lay.leaf_off[t]
-        leaf = lay.leaf[t]
-        for j in range(j0, j1):
-            gl = base + (leaf[j] & INDEX)
-            if how == REFIT:
-                delta[j, c] += out[gl] - values[gl]
-            elif how == FORWARD:
-                delta[j, c] += out[gl]
-            A[j, c] += stored[gl]
+        leaf, stored, values, new = lay.leaf[t], sums.stored[base:], sums.values[base:], out[base:]
+        if K == 1:
+            a, d = A.reshape(A.shape[0]), delta.reshape(delta.shape[0])
+            _advance_column(a, d, leaf, stored, values, new, how, j0, j1)
+        else:
+            _advance_column(A[:, c], delta[:, c], leaf, stored, values, new, how, j0, j1)
+
+
+@per_row
+def _advance_column(
+    a: NDArray[np.float64], d: NDArray[np.float64], leaf: NDArray[np.int32], stored: NDArray[np.float64],
+    values: NDArray[np.float64], new: NDArray[np.float64], how: int, j0: int, j1: int,
+) -> None:
+    """One tree's :func:`advance` of rows ``j0 .. j1 - 1`` of one output: the margins ``a`` by the
+    ``stored`` leaf values, the changes ``d`` as ``how`` says (``values``, ``new``: the tree's
+    original and new leaf values; leaves indexed ``& INDEX``)."""
+    for j in range(j0, j1):
+        lj = leaf[j] & INDEX
+        if how == REFIT:
+            d[j] += new[lj] - values[lj]
+        elif how == FORWARD:
+            d[j] += new[lj]
+        a[j] += stored[lj]
 
 
 @_internal
