@@ -14,6 +14,7 @@ from numpy.typing import NDArray
 
 from .. import _jit as numba
 from ..losses import point
+from .indexing import INDEX
 from .state import Cache, Joint, Layout, LossSpec, Sums, Trees
 
 ALL = 0
@@ -130,7 +131,7 @@ def select_leaves(
         selected[:L] = True
         return True
     selected[:L] = False
-    if mode == TOPK and k > 0:
+    if ranks_leaves(lay, t, mode, k):
         mass = np.zeros(L)
         add_leaf_mass(lay, t, change, mass)
         mark_top(mass, k, selected)
@@ -138,14 +139,22 @@ def select_leaves(
 
 
 @_internal
+def ranks_leaves(lay: Layout, t: int, mode: int, k: int) -> bool:
+    """Whether :func:`select_leaves` ranks tree ``t``'s leaves by their masses (TOPK choosing some
+    of them, not none or all)."""
+    return mode == TOPK and 0 < k < lay.leaf_off[t + 1] - lay.leaf_off[t]
+
+
+@_internal
 def add_leaf_mass(lay: Layout, t: int, change: NDArray[np.float64], mass: NDArray[np.float64]) -> None:
     """Add to ``mass`` (leaves of tree ``t``) each leaf's ``sum_j sum_c |change[j, c]|`` over its
     rows: what TOPK ranks leaves by (``change`` (n, K), the state's rows)."""
+    leaf = lay.leaf[t]  # out of its group once: read from it in the loop, two reference counts per row
     for j in range(change.shape[0]):
         acc = 0.0
         for c in range(change.shape[1]):
             acc += abs(change[j, c])
-        mass[lay.leaf[t, j]] += acc
+        mass[leaf[j] & INDEX] += acc
 
 
 @_jit

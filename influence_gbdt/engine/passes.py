@@ -31,7 +31,7 @@ from .. import _jit as numba
 from . import backtracking, plain, pointjobs
 from . import joint as joint_rule
 from . import renewed as renewed_rule
-from .common import NONE, add_round, advance_row, every_step_cached, per_row, round_sizes, select_leaves
+from .common import NONE, add_round, advance_row, every_step_cached, per_row, round_sizes
 from .fastobj import fill_sum_order
 from .pointjobs import FORWARD, KEEP, REFIT, PointWork, advance, leaf_shares1, make_point_work, share_sums
 from .rowjobs import Work, make_work, serve, stop
@@ -234,8 +234,8 @@ def forward_one(  # noqa: C901 -- one loop nest over rounds, steps and the updat
         every = track
         for t in range(t0, t1):
             if track:
-                every = select_leaves(lay, t, mode, k, J,
-                                      sel[lay.leaf_off[t] : lay.leaf_off[t + 1]]) and every
+                every = pointjobs.select_leaves(jobs, lay, trees, rows, loss, sums, t, mode, k,
+                                                sel[lay.leaf_off[t] : lay.leaf_off[t + 1]]) and every
             du[lay.leaf_off[t] : lay.leaf_off[t + 1]] = 0.0
         if renewed is not None and renewed.renew[t0]:
             renewed_rule.forward_tree(lay, trees, rows.y, renewed, t0, A, J, i0, track, s_i0, out)
@@ -380,7 +380,8 @@ def refit_one(  # noqa: C901 -- one loop nest over rounds and the rules
         for t in range(t0, t1):
             if track:
                 chosen = sel[lay.leaf_off[t] : lay.leaf_off[t + 1]]
-                every = select_leaves(lay, t, mode, k, delta, chosen) and every
+                every = pointjobs.select_leaves(jobs, lay, trees, rows, loss, sums, t, mode, k,
+                                                chosen) and every
         is_renewed = renewed is not None and renewed.renew[t0]
         if renewed is not None and renewed.renew[t0]:  # quantiles of residuals, recomputed without the row
             renewed_rule.refit_tree(lay, trees, rows.y, sums, renewed, t0, A, delta, sel, every, changed,

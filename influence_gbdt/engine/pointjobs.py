@@ -10,15 +10,19 @@ every thread of the team (:mod:`.team`) does on its own chunks of :data:`.team.C
   and a backtracking try's objective (:func:`try_objective`; each thread its share of the parts,
   :mod:`.objective`);
 - forward mode's leaf-sum derivatives where every row's margin moves (:func:`share_sums`);
-- the margins and the propagated changes moved past the round (:func:`advance`).
+- the margins and the propagated changes moved past the round (:func:`advance`);
+- where only some leaves are summed anew (TopKLeaves), whole leaves to a thread: the leaves'
+  masses that rank them (:func:`select_leaves`) and the refit's sums of the leaves whose rows moved
+  (:func:`resum_leaves`).
 
 The other threads wait for jobs in :func:`serve`. The rest of a round (the leaf steps,
-backtracking's decisions, the leaves summed one by one from ``rows_by_leaf``) is the driver's.
+backtracking's decisions, the leaves whose cached sums serve) is the driver's.
 
-A leaf's sum over its rows goes chunk by chunk, each chunk in row order, then the chunks' sums in
+A leaf's sum over every row goes chunk by chunk, each chunk in row order, then the chunks' sums in
 chunk order, as the replay's: whatever the number of threads, the sums, decisions and leaf values
-are the same, and for up to 4,096 rows they are the sums in row order. A team of one thread does
-the same jobs, in the same order.
+are the same, and for up to 4,096 rows they are the sums in row order. A sum over one leaf's rows
+(``rows_by_leaf``) goes in row order on one thread. A team of one thread does the same jobs, in the
+same order.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from numpy.typing import NDArray
 from .. import _jit as numba
 from ..losses import Params4, derivs1, derivs1_exp, params4, weighted
 from . import objective
-from .common import per_row
+from .common import mark_top, per_row, ranks_leaves
+from .common import select_leaves as select_all_or_none
 from .fastobj import SumOrder, new_sum_order
 from .indexing import INDEX
 from .state import Backtrack, Layout, LossSpec, Rows, Sums, Trees
@@ -41,7 +46,7 @@ from .team import CHUNK_ROWS, barrier, n_chunks, own_rows
 _internal = numba.njit(cache=True, nogil=True, internal=True)
 
 #: Job codes (``PointWork.job[0]``).
-SUMS, OBJECTIVE, SHARES, ADVANCE, STOP = 1, 2, 3, 4, 5
+SUMS, OBJECTIVE, SHARES, ADVANCE, STOP, MASSES, LEAVES = 1, 2, 3, 4, 5, 6, 7
 
 
 class PointWork(NamedTuple):
@@ -67,6 +72,8 @@ class PointWork(NamedTuple):
     point_buf: NDArray[np.float64]  # (n,) the fast objective's exp-space approx of each row
     dl: NDArray[np.float64]  # (most leaves of a tree,) the fast objective's exp of a try's steps
     so: SumOrder  # (n or 0,) the fast objective's rows in its order, this deletion's
+    mass: NDArray[np.float64]  # (most leaves of a round,) a tree's leaves' masses (:func:`select_leaves`)
+    resum: NDArray[np.bool_]  # (most leaves of a round,) the tree's leaves a :func:`resum_leaves` job sums
 
 
 def make_point_work(n_team: int, n: int, K: int, n_total: int, most_leaves: int, parts: int, changes: int,
@@ -79,7 +86,8 @@ def make_point_work(n_team: int, n: int, K: int, n_total: int, most_leaves: int,
                      A=np.empty((n, K)), delta=np.empty((changes, K)), u=np.zeros(n_total),
                      step=np.zeros(n_total), out=np.empty(n_total), sel=np.zeros(n_total, dtype=np.bool_),
                      w_new=np.empty(n), point_buf=np.empty(n), dl=np.empty(most_leaves),
-                     so=new_sum_order(fast_rows))
+                     so=new_sum_order(fast_rows), mass=np.zeros(most_leaves),
+                     resum=np.zeros(most_leaves, dtype=np.bool_))
 
 
 @_internal
@@ -282,6 +290,116 @@ def leaf_shares1(
             dD[li0] += h
 
 
+@_internal
+def select_leaves(
+    jobs: PointWork, lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, t: int, mode: int,
+    k: int, selected: NDArray[np.bool_],
+) -> bool:
+    """:func:`.common.select_leaves` of tree ``t`` on the changes ``jobs.delta``, its leaves'
+    masses summed by the team: each leaf's over its rows in row order (``rows_by_leaf``), the order
+    in which the common function adds them, on the thread holding the leaf's first row."""
+    if not ranks_leaves(lay, t, mode, k):
+        return select_all_or_none(lay, t, mode, k, jobs.delta, selected)
+    L = lay.leaf_off[t + 1] - lay.leaf_off[t]
+    jobs.mass[:L] = 0.0
+    _post(jobs, lay, trees, rows, loss, sums, None, MASSES, t, 0, 0, 0, 0)
+    selected[:L] = False
+    mark_top(jobs.mass[:L], k, selected)
+    return False
+
+
+@_internal
+def _leaf_masses(lay: Layout, t: int, change: NDArray[np.float64], mass: NDArray[np.float64], q0: int,
+                 q1: int) -> None:
+    """Into ``mass`` (leaves of tree ``t``): ``sum_j sum_c |change[j, c]|`` over the rows of each
+    leaf whose first row sits at positions ``q0 .. q1 - 1`` of ``rows_by_leaf[t]``, in row order."""
+    base = lay.leaf_off[t]
+    by_leaf, first, count = lay.rows_by_leaf[t], lay.leaf_first[base:], lay.leaf_count[base:]
+    for lj in range(lay.leaf_off[t + 1] - base):
+        if q0 <= first[lj] < q1:
+            m = 0.0
+            for q in range(first[lj], first[lj] + count[lj]):
+                j = by_leaf[q]
+                acc = 0.0
+                for c in range(change.shape[1]):
+                    acc += abs(change[j, c])
+                m += acc
+            mass[lj] = m
+
+
+@_internal
+def leaf_sums1(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, t: int, gl: int, moved: bool,
+    A: NDArray[np.float64], delta: NDArray[np.float64], u: NDArray[np.float64], w_new: NDArray[np.float64],
+    i0: int,
+) -> tuple[float, float]:
+    """One-output leaf ``gl`` of tree ``t`` summed anew over its rows in row order
+    (``rows_by_leaf``), row ``i0`` deleted: (w g, w h) (Newton) or (w g, w) at each row's margin
+    ``A`` (plus its change ``delta`` if ``moved``) plus the leaf's in-tree move ``u[gl]``, with the
+    weights ``w_new``."""
+    # arrays out of their groups (two reference counts per row each, read in the loop)
+    by_leaf, y, code, h_min, f32 = lay.rows_by_leaf[t], rows.y, loss.code, loss.prm[0], rows.f32
+    prm = params4(loss.prm)
+    newton = trees.newton[t]
+    G, H = 0.0, 0.0
+    first = lay.leaf_first[gl]
+    for q in range(first, first + lay.leaf_count[gl]):
+        j = by_leaf[q]
+        if j == i0:
+            continue
+        m = A[j, 0] + delta[j, 0] if moved else A[j, 0]
+        gg, hh, _, _ = derivs1(code, prm, y[j, 0], m + u[gl])
+        wg, wh = weighted(code, gg, max(hh, h_min), w_new[j], f32)
+        G += wg
+        H += wh if newton else w_new[j]
+    return G, H
+
+
+@_internal
+def resum_leaves(
+    jobs: PointWork | None, lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, t: int,
+    i0: int, track: bool, todo: NDArray[np.bool_], Gs: NDArray[np.float64], Hs: NDArray[np.float64],
+) -> None:
+    """:func:`leaf_sums1` of one-output tree ``t``'s leaves marked in ``todo`` (L,) into ``Gs``,
+    ``Hs`` (indexed by the tree's leaves), row ``i0`` deleted, rows moved by ``jobs.delta`` where
+    ``track`` and their leaf is in ``jobs.sel``: posted to the team, whole leaves to a thread, the
+    marked leaves' rows shared out evenly (``jobs`` None: nothing)."""
+    if jobs is None:
+        return
+    L = todo.shape[0]
+    if not todo.any():
+        return
+    jobs.resum[:L] = todo
+    _post(jobs, lay, trees, rows, loss, sums, None, LEAVES, t, i0, int(track), 0, 0)
+    for lj in range(L):
+        if todo[lj]:
+            Gs[lj], Hs[lj] = jobs.P[0, lj, 0], jobs.P[0, lj, 1]
+
+
+@_internal
+def _resum_share(jobs: PointWork, lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, t: int, i0: int,
+                 track: bool, tid: int) -> None:
+    """Thread ``tid``'s leaves of :func:`resum_leaves` (those marked in ``jobs.resum``): leaf by
+    leaf in order, the one whose marked rows before it number ``s`` going to thread
+    ``s * n_team // (marked rows)``, its sums into ``jobs.P[0]``."""
+    base = lay.leaf_off[t]
+    L = lay.leaf_off[t + 1] - base
+    total = 0
+    for lj in range(L):
+        if jobs.resum[lj]:
+            total += lay.leaf_count[base + lj]
+    before = 0
+    for lj in range(L):
+        if not jobs.resum[lj]:
+            continue
+        if before * jobs.n_team // max(total, 1) == tid:
+            gl = base + lj
+            moved = track and jobs.sel[gl]
+            jobs.P[0, lj, 0], jobs.P[0, lj, 1] = leaf_sums1(lay, trees, rows, loss, t, gl, moved, jobs.A,
+                                                          jobs.delta, jobs.u, jobs.w_new, i0)
+        before += lay.leaf_count[base + lj]
+
+
 #: How :func:`advance` moves ``PointWork.delta``.
 KEEP, REFIT, FORWARD = 0, 1, 2
 
@@ -363,6 +481,10 @@ def _do(
                           min(j1, c0 + CHUNK_ROWS), jobs.P[c0 // CHUNK_ROWS])
     elif code == ADVANCE:  # round a1, delta moved as a2 says
         _advance_rows(lay, sums, a1, a2, jobs.A, jobs.delta, jobs.out, j0, j1)
+    elif code == MASSES:  # tree a1
+        _leaf_masses(lay, a1, jobs.delta, jobs.mass, j0, j1)
+    elif code == LEAVES:  # tree a1, row a2 deleted, changes tracked a3
+        _resum_share(jobs, lay, trees, rows, loss, a1, a2, a3 != 0, tid)
 
 
 @_internal
