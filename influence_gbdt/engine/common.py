@@ -151,10 +151,16 @@ def add_leaf_mass(lay: Layout, t: int, change: NDArray[np.float64], mass: NDArra
     rows: what TOPK ranks leaves by (``change`` (n, K), the state's rows)."""
     leaf = lay.leaf[t]  # out of its group once: read from it in the loop, two reference counts per row
     for j in range(change.shape[0]):
-        acc = 0.0
-        for c in range(change.shape[1]):
-            acc += abs(change[j, c])
-        mass[leaf[j] & INDEX] += acc
+        mass[leaf[j] & INDEX] += row_mass(change, j)
+
+
+@per_row
+def row_mass(change: NDArray[np.float64], j: int) -> float:
+    """Row ``j``'s ``sum_c |change[j, c]|``, in output order: its share of its leaf's TOPK mass."""
+    acc = 0.0
+    for c in range(change.shape[1]):
+        acc += abs(change[j, c])
+    return acc
 
 
 @_jit

@@ -36,7 +36,7 @@ from numpy.typing import NDArray
 from .. import _jit as numba
 from ..losses import Params4, derivs1, derivs1_exp, params4, weighted
 from . import objective
-from .common import mark_top, per_row, ranks_leaves
+from .common import mark_top, per_row, ranks_leaves, row_mass
 from .common import select_leaves as select_all_or_none
 from .fastobj import SumOrder, new_sum_order
 from .indexing import INDEX
@@ -319,11 +319,7 @@ def _leaf_masses(lay: Layout, t: int, change: NDArray[np.float64], mass: NDArray
         if q0 <= first[lj] < q1:
             m = 0.0
             for q in range(first[lj], first[lj] + count[lj]):
-                j = by_leaf[q]
-                acc = 0.0
-                for c in range(change.shape[1]):
-                    acc += abs(change[j, c])
-                m += acc
+                m += row_mass(change, by_leaf[q])
             mass[lj] = m
 
 
