@@ -483,6 +483,16 @@ def step_logloss(prm: Params4, y: float, w: float, z0: float, z1: float) -> tupl
 
 
 @_inlined
+def step_logloss_at(
+    prm: Params4, y: float, w: float, x: float, e: float
+) -> tuple[float, float, float, float]:
+    """:func:`step_logloss` of a row at scaled margin ``x``, from ``e = exp(-|x|)`` taken by the
+    caller (row loops take several rows' exponentials side by side)."""
+    z0, z1 = sigmoid_pair_of(x, e)
+    return step_logloss(prm, y, w, z0, z1)
+
+
+@_inlined
 def _floored(
     floor: float, w: float, g: float, h: float, dg: float, dh: float
 ) -> tuple[float, float, float, float]:

@@ -34,7 +34,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .. import _jit as numba
-from ..losses import LOGLOSS, Params4, derivs1, derivs1_exp, params4, sigmoid_pair_of, step_logloss, weighted
+from ..losses import LOGLOSS, Params4, derivs1, derivs1_exp, params4, step_logloss_at, weighted
 from . import objective
 from .common import mark_top, per_row, ranks_leaves, row_mass
 from .common import select_leaves as select_all_or_none
@@ -209,8 +209,7 @@ def _logloss_share(prm: Params4, f32: bool, newton: bool, y: float, w: float, m:
     and, if ``fill``, its exp-space approx (else 0). Scalars only: given the arrays it reads
     instead, numba counted references to them at every row (a deleted row's refit 7x slower,
     measured; :func:`_add_share`, given only the two it writes, costs nothing measurable)."""
-    z0, z1 = sigmoid_pair_of(prm[1] * m, e)
-    g, h, _, _ = step_logloss(prm, y, 1.0, z0, z1)  # h floored at prm[0], as max(h, h_min)
+    g, h, _, _ = step_logloss_at(prm, y, 1.0, prm[1] * m, e)  # h floored at prm[0], as max(h, h_min)
     wg, wh = weighted(LOGLOSS, g, h, w, f32)
     pt = 0.0
     if fill:

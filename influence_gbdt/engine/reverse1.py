@@ -41,7 +41,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .. import _jit as numba
-from ..losses import LOGLOSS, Params4, params4, point1, sigmoid_pair_of, step_derivs1, step_logloss
+from ..losses import LOGLOSS, Params4, params4, point1, step_derivs1, step_logloss, step_logloss_at
 from . import team
 from .common import every_step_cached, kept_point, per_row
 from .indexing import INDEX
@@ -472,25 +472,18 @@ def _margin_logloss(
         x2 = s * (A[i + 2] + u[leaf[i + 2] & INDEX])
         x3 = s * (A[i + 3] + u[leaf[i + 3] & INDEX])
         e0, e1, e2, e3 = math.exp(-abs(x0)), math.exp(-abs(x1)), math.exp(-abs(x2)), math.exp(-abs(x3))
-        g, h, wdg, wdh = _margin_step(p4, y[i], w[i], x0, e0)
+        g, h, wdg, wdh = step_logloss_at(p4, y[i], w[i], x0, e0)
         _row_step(i, j0, g, h, wdg, wdh, leaf, leaf_next, gt, dt, newton, a_bar, w_bar, PT, gather)
-        g, h, wdg, wdh = _margin_step(p4, y[i + 1], w[i + 1], x1, e1)
+        g, h, wdg, wdh = step_logloss_at(p4, y[i + 1], w[i + 1], x1, e1)
         _row_step(i + 1, j0, g, h, wdg, wdh, leaf, leaf_next, gt, dt, newton, a_bar, w_bar, PT, gather)
-        g, h, wdg, wdh = _margin_step(p4, y[i + 2], w[i + 2], x2, e2)
+        g, h, wdg, wdh = step_logloss_at(p4, y[i + 2], w[i + 2], x2, e2)
         _row_step(i + 2, j0, g, h, wdg, wdh, leaf, leaf_next, gt, dt, newton, a_bar, w_bar, PT, gather)
-        g, h, wdg, wdh = _margin_step(p4, y[i + 3], w[i + 3], x3, e3)
+        g, h, wdg, wdh = step_logloss_at(p4, y[i + 3], w[i + 3], x3, e3)
         _row_step(i + 3, j0, g, h, wdg, wdh, leaf, leaf_next, gt, dt, newton, a_bar, w_bar, PT, gather)
     for i in range(m - m % 4, m):
         x = s * (A[i] + u[leaf[i] & INDEX])
-        g, h, wdg, wdh = _margin_step(p4, y[i], w[i], x, math.exp(-abs(x)))
+        g, h, wdg, wdh = step_logloss_at(p4, y[i], w[i], x, math.exp(-abs(x)))
         _row_step(i, j0, g, h, wdg, wdh, leaf, leaf_next, gt, dt, newton, a_bar, w_bar, PT, gather)
-
-
-@per_row
-def _margin_step(p4: Params4, y: float, w: float, x: float, e: float) -> tuple[float, float, float, float]:
-    """:func:`.step_logloss` of a row at scaled margin ``x``, from ``e = exp(-|x|)``."""
-    z0, z1 = sigmoid_pair_of(x, e)
-    return step_logloss(p4, y, w, z0, z1)
 
 
 @_internal
