@@ -32,6 +32,11 @@ from .team import CHUNK_ROWS
 
 _internal = numba.njit(cache=True, nogil=True, internal=True)
 
+#: Where a try of the fast objective takes its rows' exp-space approx (:func:`part`'s ``take``):
+#: as the tree's last try left it (no step accepted since), from the leaf sums that computed it
+#: (array order), or computed afresh.
+KEPT, FILLED, FRESH = 0, 1, 2
+
 
 @_internal
 def _layout(bt: Backtrack, n: int, skip: int) -> tuple[int, int]:
@@ -73,7 +78,7 @@ def part(
     lay: Layout, y: NDArray[np.float64], loss: LossSpec, bt: Backtrack, t: int, A: NDArray[np.float64],
     delta: NDArray[np.float64], sel: NDArray[np.bool_], every: bool, u: NDArray[np.float64],
     step: NDArray[np.float64], dl: NDArray[np.float64], w: NDArray[np.float64], skip: int, so: SumOrder,
-    point_buf: NDArray[np.float64], mrow: NDArray[np.float64], fresh: bool, p: int,
+    point_buf: NDArray[np.float64], mrow: NDArray[np.float64], take: int, p: int,
 ) -> tuple[float, float]:
     """Part ``p`` of the objective of backtracking tree ``t`` with its leaves moved by ``u + step``:
     (weighted loss sum, weight sum; the exact objective leaves the second 0).
@@ -84,11 +89,12 @@ def part(
     block ``p`` of the booster's own arithmetic (:mod:`.fastobj`, with ``dl`` from :func:`prepare`,
     the rows, their targets, weights and leaves from ``so``, filled for this deletion and tree:
     :func:`.fastobj.fill_sum_order`, :func:`start_tree`);
-    its rows' exp-space approx (``exp`` of the margin at ``u``) is computed into ``point_buf`` (n,)
-    when ``fresh``, else read as the last try or the leaf sums at ``u`` left it (the tries of one
-    step share it: only an accepted step moves ``u``; the sums fill it as they compute each row's
-    derivatives, :func:`.rowjobs.fills_points`, :func:`.plain.refit_round_sums`). ``mrow`` (K,) is
-    scratch.
+    its rows' exp-space approx (``exp`` of the margin at ``u``), at their positions (``so.pt``), is
+    as the tree's last try left it (``take`` :data:`KEPT`: the tries of one step share it, only an
+    accepted step moves ``u``), read from ``point_buf`` (n,) in array order where the leaf sums at
+    ``u`` filled it as they computed each row's derivatives (:data:`FILLED`,
+    :func:`.rowjobs.fills_points`, :func:`.plain.refit_round_sums`), or computed (:data:`FRESH`).
+    ``mrow`` (K,) is scratch.
     """
     n = A.shape[0]
     base = lay.leaf_off[t]
@@ -106,16 +112,20 @@ def part(
         return total, 0.0
     n_eff, n_ranges = _layout(bt, n, skip)
     b0, b1, _ = block_bounds(n_eff, n_ranges, p)
-    if fresh:
+    pt = so.pt
+    if take == FRESH:
         for pos in range(b0, b1):
             j = so.rows[pos]
             gl = base + so.leaf[pos]
             m = A[j, c] + u[gl]
             if track and (every or sel[gl]):
                 m += delta[j, c]
-            point_buf[j] = math.exp(m)
+            pt[pos] = math.exp(m)
+    elif take == FILLED:
+        for pos in range(b0, b1):
+            pt[pos] = point_buf[so.rows[pos]]
     L = lay.leaf_off[t + 1] - base
-    return block_stats(bt.bt_obj, point_buf, dl[:L], so, b0, b1)
+    return block_stats(bt.bt_obj, pt, dl[:L], so, b0, b1)
 
 
 @_internal

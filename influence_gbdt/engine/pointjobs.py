@@ -256,14 +256,15 @@ def _add_chunk(P: NDArray[np.float64], L: int, first: NDArray[np.float64],
 @_internal
 def try_objective(
     jobs: PointWork, lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, bt: Backtrack, t: int,
-    every: bool, i0: int, fresh: bool,
+    every: bool, i0: int, take: int,
 ) -> float:
     """The objective backtracking tree ``t`` compares (:func:`.objective.part`) at the moves
     ``jobs.u`` plus the try ``jobs.step``, row ``i0`` deleted, rows moved by ``jobs.delta`` where
-    ``every`` or their leaf is in ``jobs.sel``; its parts posted to the team. ``fresh``: the
-    exp-space approx at ``u`` is computed anew, not read from ``jobs.point_buf``."""
+    ``every`` or their leaf is in ``jobs.sel``; its parts posted to the team. ``take``: where the
+    exp-space approx at ``u`` comes from (:data:`.objective.FRESH`, ``FILLED`` from
+    ``jobs.point_buf``, or ``KEPT``)."""
     objective.prepare(lay, bt, t, jobs.step, jobs.dl)
-    _post(jobs, lay, trees, rows, loss, sums, bt, OBJECTIVE, t, i0, int(every), int(fresh), 0)
+    _post(jobs, lay, trees, rows, loss, sums, bt, OBJECTIVE, t, i0, int(every), take, 0)
     return objective.combine(bt, jobs.A.shape[0], i0, jobs.parts)
 
 
@@ -549,14 +550,14 @@ def _do(
             _chunk_sums(lay, trees, rows, loss, a1, jobs.A, jobs.delta, a3 != 0, a4 != 0, jobs.sel, jobs.u,
                         jobs.w_new, a2, c0, min(j1, c0 + CHUNK_ROWS), jobs.P[c0 // CHUNK_ROWS],
                         jobs.point_buf, a5 != 0)
-    elif code == OBJECTIVE:  # tree a1, row a2 deleted, every row moved a3, fresh a4
+    elif code == OBJECTIVE:  # tree a1, row a2 deleted, every row moved a3, approx taken as a4 says
         if bt is None:
             return
         n_p = objective.n_parts(bt, n, a2)
         for p in range(tid * n_p // jobs.n_team, (tid + 1) * n_p // jobs.n_team):
             jobs.parts[p, 0], jobs.parts[p, 1] = objective.part(
                 lay, rows.y, loss, bt, a1, jobs.A, jobs.delta, jobs.sel, a3 != 0, jobs.u, jobs.step, jobs.dl,
-                jobs.w_new, a2, jobs.so, jobs.point_buf, mrow, a4 != 0, p)
+                jobs.w_new, a2, jobs.so, jobs.point_buf, mrow, a4, p)
     elif code == SHARES:  # round a1, step a2
         for c0 in range(j0, j1, CHUNK_ROWS):
             _chunk_shares(lay, trees, rows, loss, sums.u_before, a1, a2, jobs.A, jobs.delta, c0,
