@@ -130,12 +130,11 @@ def refit_round(
     point_buf = jobs.point_buf
     accepted, scale = 0, 1.0
     fill = bt.bt_obj >= 0  # the sums give the fast objective's exp-space approx where they can
-    filled = refit_round_sums(lay, trees, rows, loss, sums, None, r, 0, A, delta, u, w_new, sel, every,
-                              changed, i0, Gs, Hs, HXs, scratch, point_buf, fill, jobs)
+    objective.start_tree(lay, bt, jobs.so, t0, A.shape[0], i0)  # before the sums, which may use it
+    take = refit_round_sums(lay, trees, rows, loss, sums, None, r, 0, A, delta, u, w_new, sel, every,
+                            changed, i0, Gs, Hs, HXs, scratch, point_buf, fill, jobs)
     refit_round_steps(lay, trees, r, Gs, Hs, mean_w, d)
     step[rl0:rl1] = 0.0
-    objective.start_tree(lay, bt, jobs.so, t0, A.shape[0], i0)
-    take = objective.FILLED if filled else objective.FRESH
     current = try_refit_objective(jobs, lay, trees, rows, loss, sums, bt, t0, every, i0, take)
     take = objective.KEPT  # the approx moves after an accepted step only
     for it in range(trees.n_iter[t0]):
@@ -148,10 +147,8 @@ def refit_round(
                 u[gl] += step[gl]
             current, accepted, scale = trial, accepted + 1, 1.0
             if it + 1 < trees.n_iter[t0]:
-                filled = refit_round_sums(lay, trees, rows, loss, sums, None, r, accepted, A, delta, u, w_new,
-                                          sel, every, changed, i0, Gs, Hs, HXs, scratch, point_buf, fill,
-                                          jobs)
-                take = objective.FILLED if filled else objective.FRESH
+                take = refit_round_sums(lay, trees, rows, loss, sums, None, r, accepted, A, delta, u, w_new,
+                                        sel, every, changed, i0, Gs, Hs, HXs, scratch, point_buf, fill, jobs)
                 refit_round_steps(lay, trees, r, Gs, Hs, mean_w, d)
         else:
             scale *= 0.5

@@ -74,6 +74,26 @@ def prepare(lay: Layout, bt: Backtrack, t: int, step: NDArray[np.float64], dl: N
 
 
 @_internal
+def fresh_points(
+    lay: Layout, t: int, A: NDArray[np.float64], delta: NDArray[np.float64], sel: NDArray[np.bool_],
+    every: bool, u: NDArray[np.float64], so: SumOrder, pos0: int, pos1: int,
+) -> None:
+    """The exp-space approx (``exp`` of the margin at the moves ``u``) of the fast objective's rows
+    at positions ``pos0 .. pos1 - 1`` of ``so``, into ``so.pt`` (arguments as in :func:`part`)."""
+    base = lay.leaf_off[t]
+    c = lay.out[t]
+    track = delta.shape[0] > 0
+    pt = so.pt
+    for pos in range(pos0, pos1):
+        j = so.rows[pos]
+        gl = base + so.leaf[pos]
+        m = A[j, c] + u[gl]
+        if track and (every or sel[gl]):
+            m += delta[j, c]
+        pt[pos] = math.exp(m)
+
+
+@_internal
 def part(
     lay: Layout, y: NDArray[np.float64], loss: LossSpec, bt: Backtrack, t: int, A: NDArray[np.float64],
     delta: NDArray[np.float64], sel: NDArray[np.bool_], every: bool, u: NDArray[np.float64],
@@ -93,7 +113,8 @@ def part(
     as the tree's last try left it (``take`` :data:`KEPT`: the tries of one step share it, only an
     accepted step moves ``u``), read from ``point_buf`` (n,) in array order where the leaf sums at
     ``u`` filled it as they computed each row's derivatives (:data:`FILLED`,
-    :func:`.rowjobs.fills_points`, :func:`.plain.refit_round_sums`), or computed (:data:`FRESH`).
+    :func:`.rowjobs.fills_points`, :func:`.plain.refit_round_sums`), or computed
+    (:data:`FRESH`, :func:`fresh_points`).
     ``mrow`` (K,) is scratch.
     """
     n = A.shape[0]
@@ -112,20 +133,13 @@ def part(
         return total, 0.0
     n_eff, n_ranges = _layout(bt, n, skip)
     b0, b1, _ = block_bounds(n_eff, n_ranges, p)
-    pt = so.pt
     if take == FRESH:
-        for pos in range(b0, b1):
-            j = so.rows[pos]
-            gl = base + so.leaf[pos]
-            m = A[j, c] + u[gl]
-            if track and (every or sel[gl]):
-                m += delta[j, c]
-            pt[pos] = math.exp(m)
+        fresh_points(lay, t, A, delta, sel, every, u, so, b0, b1)
     elif take == FILLED:
         for pos in range(b0, b1):
-            pt[pos] = point_buf[so.rows[pos]]
+            so.pt[pos] = point_buf[so.rows[pos]]
     L = lay.leaf_off[t + 1] - base
-    return block_stats(bt.bt_obj, pt, dl[:L], so, b0, b1)
+    return block_stats(bt.bt_obj, so.pt, dl[:L], so, b0, b1)
 
 
 @_internal

@@ -31,6 +31,7 @@ from ..losses import (
     vjp,
     weighted,
 )
+from . import objective
 from .common import (
     add_hessian_row,
     kept_point,
@@ -368,12 +369,15 @@ def refit_round_sums(
     sel: NDArray[np.bool_], every: bool, changed: bool, i0: int, Gs: NDArray[np.float64],
     Hs: NDArray[np.float64], HXs: NDArray[np.float64], scratch: NDArray[np.float64],
     points: NDArray[np.float64], fill: bool, jobs: PointWork | None,
-) -> bool:
+) -> int:
     """Leaf sums of round ``r`` at in-tree moves ``u`` (its ``a``-th step), row ``i0`` deleted
     (-1: a row this state does not hold); a joint round also sums its full hessian rows into
-    ``HXs`` (leaves, K). Returns whether it also put each row's ``exp`` of its margin as the
-    objective adds it into ``points`` (n,), which it does if ``fill`` where every leaf is summed
-    anew (see :func:`.pointjobs.tree_sums`).
+    ``HXs`` (leaves, K). With ``fill`` (a backtracking tree with the booster's fast objective,
+    ``jobs.so`` holding its leaves) it also gives each row's ``exp`` of its margin as the objective
+    adds it, and returns how the tree's next try takes it (:func:`.objective.part`):
+    :data:`.objective.FILLED` into ``points`` (n,) where every leaf is summed anew (see
+    :func:`.pointjobs.tree_sums`), :data:`.objective.KEPT` into ``jobs.so.pt`` by the team that sums
+    the other leaves (:func:`.pointjobs.resum_leaves`), else :data:`.objective.FRESH` (not given).
 
     A leaf whose rows all keep their original margins and weights, at the original replay's
     ``a``-th step, reuses the cached sums minus row ``i0``'s share; the others are summed anew:
@@ -430,8 +434,10 @@ def refit_round_sums(
                            Gs, Hs, HXs, scratch)
         if on_team:
             resum_leaves(jobs, lay, trees, rows, loss, sums, t, i0, track, todo, Gs[base - rl0 :],
-                         Hs[base - rl0 :])
-    return fill and whole
+                         Hs[base - rl0 :], fill)
+    if fill and whole:
+        return objective.FILLED
+    return objective.KEPT if fill and on_team else objective.FRESH
 
 
 @per_row

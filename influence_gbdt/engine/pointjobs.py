@@ -41,7 +41,7 @@ from .common import select_leaves as select_all_or_none
 from .fastobj import SumOrder, new_sum_order
 from .indexing import INDEX
 from .state import Backtrack, Layout, LossSpec, Rows, Sums, Trees
-from .team import CHUNK_ROWS, barrier, n_chunks, own_rows
+from .team import CHUNK_ROWS, barrier, n_chunks, own_rows, take_items
 
 _internal = numba.njit(cache=True, nogil=True, internal=True)
 
@@ -74,6 +74,7 @@ class PointWork(NamedTuple):
     so: SumOrder  # (n or 0,) the fast objective's rows in its order, this deletion's
     mass: NDArray[np.float64]  # (most leaves of a round,) a tree's leaves' masses (:func:`select_leaves`)
     resum: NDArray[np.bool_]  # (most leaves of a round,) the tree's leaves a :func:`resum_leaves` job sums
+    queue: NDArray[np.int64]  # (1,) the next position of the approx a :func:`resum_leaves` job computes
 
 
 def make_point_work(n_team: int, n: int, K: int, n_total: int, most_leaves: int, parts: int, changes: int,
@@ -87,7 +88,7 @@ def make_point_work(n_team: int, n: int, K: int, n_total: int, most_leaves: int,
                      step=np.zeros(n_total), out=np.empty(n_total), sel=np.zeros(n_total, dtype=np.bool_),
                      w_new=np.empty(n), point_buf=np.empty(n), dl=np.empty(most_leaves),
                      so=new_sum_order(fast_rows), mass=np.zeros(most_leaves),
-                     resum=np.zeros(most_leaves, dtype=np.bool_))
+                     resum=np.zeros(most_leaves, dtype=np.bool_), queue=np.zeros(1, dtype=np.int64))
 
 
 @_internal
@@ -442,18 +443,26 @@ def leaf_sums1(
 def resum_leaves(
     jobs: PointWork | None, lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, t: int,
     i0: int, track: bool, todo: NDArray[np.bool_], Gs: NDArray[np.float64], Hs: NDArray[np.float64],
+    fresh: bool,
 ) -> None:
     """:func:`leaf_sums1` of one-output tree ``t``'s leaves marked in ``todo`` (L,) into ``Gs``,
     ``Hs`` (indexed by the tree's leaves), row ``i0`` deleted, rows moved by ``jobs.delta`` where
     ``track`` and their leaf is in ``jobs.sel``: posted to the team, whole leaves to a thread, the
-    marked leaves' rows shared out evenly (``jobs`` None: nothing)."""
+    marked leaves' rows shared out evenly (``jobs`` None: nothing).
+
+    ``fresh``: in the same job, the fast objective's exp-space approx at ``jobs.u`` for the tree's
+    next try (:func:`.objective.fresh_points`, into ``jobs.so.pt``; ``jobs.so`` holds the tree's
+    leaves), in runs of positions each thread takes from a queue as it is free: while one thread
+    sums the deleted row's leaf (SinglePoint: one leaf), the others compute the approx, which
+    the try would otherwise compute after the sums."""
     if jobs is None:
         return
     L = todo.shape[0]
-    if not todo.any():
+    if not (fresh or todo.any()):
         return
     jobs.resum[:L] = todo
-    _post(jobs, lay, trees, rows, loss, sums, None, LEAVES, t, i0, int(track), 0, 0)
+    jobs.queue[0] = 0
+    _post(jobs, lay, trees, rows, loss, sums, None, LEAVES, t, i0, int(track), int(fresh), 0)
     for lj in range(L):
         if todo[lj]:
             Gs[lj], Hs[lj] = jobs.P[0, lj, 0], jobs.P[0, lj, 1]
@@ -481,6 +490,24 @@ def _resum_share(jobs: PointWork, lay: Layout, trees: Trees, rows: Rows, loss: L
             jobs.P[0, lj, 0], jobs.P[0, lj, 1] = leaf_sums1(lay, trees, rows, loss, t, gl, moved, jobs.A,
                                                           jobs.delta, jobs.u, jobs.w_new, i0)
         before += lay.leaf_count[base + lj]
+
+
+#: Positions of the approx a thread takes from :func:`resum_leaves`' queue at a time.
+FRESH_RUN = 1024
+
+
+@_internal
+def _fresh_share(jobs: PointWork, lay: Layout, t: int, i0: int) -> None:
+    """A thread's runs of :func:`resum_leaves`' approx of tree ``t`` (row ``i0`` deleted), taken
+    from the queue until it is empty (each position's value is the same whichever thread computes
+    it)."""
+    n_eff = jobs.A.shape[0] - (1 if i0 >= 0 else 0)
+    while True:
+        p0 = take_items(jobs.queue, FRESH_RUN)
+        if p0 >= n_eff:
+            return
+        objective.fresh_points(lay, t, jobs.A, jobs.delta, jobs.sel, False, jobs.u, jobs.so, p0,
+                               min(n_eff, p0 + FRESH_RUN))
 
 
 #: How :func:`advance` moves ``PointWork.delta``.
@@ -566,8 +593,10 @@ def _do(
         _advance_rows(lay, sums, a1, a2, jobs.A, jobs.delta, jobs.out, j0, j1)
     elif code == MASSES:  # tree a1
         _leaf_masses(lay, a1, jobs.delta, jobs.mass, j0, j1)
-    elif code == LEAVES:  # tree a1, row a2 deleted, changes tracked a3
+    elif code == LEAVES:  # tree a1, row a2 deleted, changes tracked a3, the approx computed a4
         _resum_share(jobs, lay, trees, rows, loss, a1, a2, a3 != 0, tid)
+        if a4 != 0:
+            _fresh_share(jobs, lay, a1, a2)
 
 
 @_internal

@@ -197,6 +197,14 @@ def barrier(bar: NDArray[np.int64], n_team: int) -> None:
 
 
 @_internal
+def take_items(queue: NDArray[np.int64], size: int) -> int:
+    """The first of the next ``size`` items of the team's shared queue ``queue`` (1,) int64 (reset
+    to 0 before the job is posted): each call, by any thread, gets its own run. Which thread takes
+    which items depends on timing: only for work whose results do not (no sums across items)."""
+    return int(_fetch_add(queue, 0, size))
+
+
+@_internal
 def own_rows(n: int, tid: int, n_team: int) -> tuple[int, int]:
     """Thread ``tid``'s rows ``j0 .. j1 - 1``: a contiguous run of whole chunks."""
     chunks = max(1, (n + CHUNK_ROWS - 1) // CHUNK_ROWS)
