@@ -11,9 +11,10 @@ every thread of the team (:mod:`.team`) does on its own chunks of :data:`.team.C
   :mod:`.objective`);
 - forward mode's leaf-sum derivatives where every row's margin moves (:func:`share_sums`);
 - the margins and the propagated changes moved past the round (:func:`advance`);
-- where only some leaves are summed anew (TopKLeaves), whole leaves to a thread: the leaves'
-  masses that rank them (:func:`select_leaves`) and the refit's sums of the leaves whose rows moved
-  (:func:`resum_leaves`).
+- where only some leaves are summed anew (SinglePoint, TopKLeaves), whole leaves to a thread: the
+  leaves' masses that rank them (:func:`select_leaves`) and the refit's sums of the leaves whose
+  rows moved (:func:`resum_leaves`), in the same job as a backtracking tree's exp-space approx for
+  its next try, which the threads take from a queue as they are free.
 
 The other threads wait for jobs in :func:`serve`. The rest of a round (the leaf steps,
 backtracking's decisions, the leaves whose cached sums serve) is the driver's.
