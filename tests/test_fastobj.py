@@ -178,7 +178,7 @@ def _block(code, point, dl, leaf, y, w):
     so = F.new_sum_order(n)
     F.fill_sum_order(so, code, y, w, np.arange(n), -1)
     F.order_leaves(so, n, leaf)
-    return F.block_stats(code, point, dl, so, 0, n)
+    return F.block_stats(code, point, so.rows, dl, so, 0, n)
 
 
 def _ref_block(loss, point, dl, leaf, y, w):
@@ -481,7 +481,7 @@ _CATBOOST_PROBE = textwrap.dedent(
             so = F.new_sum_order(n)
             F.fill_sum_order(so, code, y, ww, np.arange(n), -1)
             F.order_leaves(so, n, leaf)
-            return F.block_stats(code, a, d, so, 0, n)
+            return F.block_stats(code, a, so.rows, d, so, 0, n)
 
         mine = block(0 if logloss else 1, t.astype(np.float64))
         res["ce"][0] += mine != cb_block(ce, a, d, t, w, 0 if logloss else 1)

@@ -52,13 +52,11 @@ def _walk_once(
     replay_steps(lay, trees, sums, r, 0, mean_w, u, d)
     computed, scale, ties = 1, 1.0, 0
     step[base : base + L] = 0.0
-    current = try_objective(lay, trees, rows, loss, sums, cache, bt, A, work, scratch, t, True)
-    filled = False  # the sums fill the approx anew after an accepted step only
+    current = try_objective(lay, trees, rows, loss, sums, cache, bt, A, work, scratch, t)
     for it in range(trees.n_iter[t]):
         for lj in range(L):
             step[base + lj] = scale * d[lj]
-        trial = try_objective(lay, trees, rows, loss, sums, cache, bt, A, work, scratch, t, filled)
-        filled = False
+        trial = try_objective(lay, trees, rows, loss, sums, cache, bt, A, work, scratch, t)
         better = trial < current
         if abs(trial - current) <= bt.bt_tie * abs(current):
             if (flips >> ties) & 1:
@@ -70,7 +68,6 @@ def _walk_once(
                 u[base + lj] += step[base + lj]
             current, scale = trial, 1.0
             if it + 1 < trees.n_iter[t]:
-                filled = True
                 step_sums(lay, trees, rows, loss, sums, cache, None, bt, A, work, scratch, r, computed)
                 replay_steps(lay, trees, sums, r, computed, mean_w, u, d)
                 computed += 1
@@ -136,12 +133,14 @@ def refit_round(
     refit_round_steps(lay, trees, r, Gs, Hs, mean_w, d)
     step[rl0:rl1] = 0.0
     current = try_refit_objective(jobs, lay, trees, rows, loss, sums, bt, t0, every, i0, take)
-    take = objective.KEPT  # the approx moves after an accepted step only
+    if take == objective.FRESH:  # computed at the positions by that try; moved by accepted steps only
+        take = objective.AT_POSITIONS
     for it in range(trees.n_iter[t0]):
         for gl in range(rl0, rl1):
             step[gl] = scale * d[gl - rl0]
         trial = try_refit_objective(jobs, lay, trees, rows, loss, sums, bt, t0, every, i0, take)
-        take = objective.KEPT
+        if take == objective.FRESH:
+            take = objective.AT_POSITIONS
         if trial < current:
             for gl in range(rl0, rl1):
                 u[gl] += step[gl]

@@ -319,14 +319,15 @@ class SumOrder(NamedTuple):
     row deleted or none (``n_eff`` rows; the arrays may hold more, which are not read). What a try
     reads per row and is the same for every try is kept here, at the row's position, so that the
     tries read it in order (:func:`fill_sum_order`, :func:`order_leaves`); so is the exp-space
-    approx the tries of one step share (``pt``, taken by :func:`.objective.part`)."""
+    approx where a try computes it (``pt``, :func:`.objective.part`)."""
 
     rows: NDArray[np.int64]  # (>= n_eff,) array row at each position
     prob: NDArray[np.float32]  # (>= n_eff,) its target as the loss reads it: Logloss float32(y) > 0.5
     # as 1 or 0, else float32(y)
     w: NDArray[np.float32]  # (>= n_eff,) its weight, float32 as CatBoost stores it
     leaf: NDArray[np.int32]  # (>= n_eff,) its leaf in the tree being decided
-    pt: NDArray[np.float64]  # (>= n_eff,) its row's exp-space approx, as the last try left it
+    pt: NDArray[np.float64]  # (>= n_eff,) its row's exp-space approx, where a try computed it
+    here: NDArray[np.int64]  # (>= n_eff,) the position itself: ``pt`` is read through it
 
 
 @_jit
@@ -334,7 +335,7 @@ def new_sum_order(n: int) -> SumOrder:
     """An unfilled :class:`SumOrder` for up to ``n`` rows."""
     f32 = np.float32
     return SumOrder(np.empty(n, np.int64), np.empty(n, f32), np.empty(n, f32), np.empty(n, np.int32),
-                    np.empty(n))
+                    np.empty(n), np.arange(n))
 
 
 @_jit
@@ -377,7 +378,8 @@ def _ce_term(a: float, d: float, log_d: np.float32, prob: np.float32) -> np.floa
 
 @_jit
 def _ce_block(
-    pt: NDArray[np.float64], dl: NDArray[np.float64], so: SumOrder, j0: int, j1: int,
+    point: NDArray[np.float64], at: NDArray[np.int64], dl: NDArray[np.float64], so: SumOrder, j0: int,
+    j1: int,
 ) -> tuple[float, float]:
     """(Stats0, Stats1) of one block, positions ``j0 <= j < j1``: float32 lanes for the first
     ``4 * ((j1 - j0) // 4)`` rows (lane k: rows k, k+4, ...), then the rest in double. FastLogf of
@@ -389,25 +391,25 @@ def _ce_block(
     log_dl = np.empty(dl.shape[0], dtype=np.float32)
     for lf in range(dl.shape[0]):
         log_dl[lf] = fastlogf(dl[lf])
-    # the block's positions counted from 0, leaves indexed ``& INDEX``: no wrap-around
+    # the block's positions counted from 0, leaves and rows indexed ``& INDEX``: no wrap-around
     # (``indexing.INDEX``; no array passed per row: refcounts)
-    a, leaf, prob, w = pt[j0:j1], so.leaf[j0:j1], so.prob[j0:j1], so.w[j0:j1]
+    rows, leaf, prob, w = at[j0:j1], so.leaf[j0:j1], so.prob[j0:j1], so.w[j0:j1]
     z = np.float32(0.0)
     a0, a1, a2, a3 = z, z, z, z
     c0, c1, c2, c3 = z, z, z, z
     nv = (j1 - j0) - (j1 - j0) % 4
     for j in range(0, nv, 4):
         lf = leaf[j] & INDEX
-        a0 += w[j] * _ce_term(a[j], dl[lf], log_dl[lf], prob[j])
+        a0 += w[j] * _ce_term(point[rows[j] & INDEX], dl[lf], log_dl[lf], prob[j])
         c0 += w[j]
         lf = leaf[j + 1] & INDEX
-        a1 += w[j + 1] * _ce_term(a[j + 1], dl[lf], log_dl[lf], prob[j + 1])
+        a1 += w[j + 1] * _ce_term(point[rows[j + 1] & INDEX], dl[lf], log_dl[lf], prob[j + 1])
         c1 += w[j + 1]
         lf = leaf[j + 2] & INDEX
-        a2 += w[j + 2] * _ce_term(a[j + 2], dl[lf], log_dl[lf], prob[j + 2])
+        a2 += w[j + 2] * _ce_term(point[rows[j + 2] & INDEX], dl[lf], log_dl[lf], prob[j + 2])
         c2 += w[j + 2]
         lf = leaf[j + 3] & INDEX
-        a3 += w[j + 3] * _ce_term(a[j + 3], dl[lf], log_dl[lf], prob[j + 3])
+        a3 += w[j + 3] * _ce_term(point[rows[j + 3] & INDEX], dl[lf], log_dl[lf], prob[j + 3])
         c3 += w[j + 3]
     s0 = 0.0
     s1 = 0.0
@@ -415,9 +417,10 @@ def _ce_block(
         s0 = 0.0 + np.float64((a0 + a1) + (a2 + a3))
         s1 = 0.0 + np.float64((c0 + c1) + (c2 + c3))
     for j in range(nv, j1 - j0):
+        a = point[rows[j] & INDEX]
         lf = leaf[j] & INDEX
-        non_exp = np.float64(log_dl[lf]) + np.float64(fastlogf(a[j]))
-        e = a[j] * dl[lf]
+        non_exp = np.float64(log_dl[lf]) + np.float64(fastlogf(a))
+        e = a * dl[lf]
         if abs(e) != math.inf:
             v = np.float64(fastlogf(e + 1.0)) - np.float64(prob[j]) * non_exp
         else:
@@ -430,15 +433,16 @@ def _ce_block(
 
 @_jit
 def _poisson_block(
-    pt: NDArray[np.float64], dl: NDArray[np.float64], so: SumOrder, j0: int, j1: int,
+    point: NDArray[np.float64], at: NDArray[np.int64], dl: NDArray[np.float64], so: SumOrder, j0: int,
+    j1: int,
 ) -> tuple[float, float]:
     """(Stats0, Stats1) of one Poisson block, all in double, positions in order."""
-    # positions counted from 0, leaves indexed ``& INDEX`` (as in :func:`_ce_block`)
-    a, leaf, y32, w = pt[j0:j1], so.leaf[j0:j1], so.prob[j0:j1], so.w[j0:j1]
+    # positions counted from 0, rows and leaves indexed ``& INDEX`` (as in :func:`_ce_block`)
+    rows, leaf, y32, w = at[j0:j1], so.leaf[j0:j1], so.prob[j0:j1], so.w[j0:j1]
     s0 = 0.0
     s1 = 0.0
     for j in range(j1 - j0):
-        e = a[j] * dl[leaf[j] & INDEX]
+        e = point[rows[j] & INDEX] * dl[leaf[j] & INDEX]
         wd = np.float64(w[j])
         s0 += (e - np.float64(y32[j]) * np.float64(fastlogf(e))) * wd
         s1 += wd
@@ -473,23 +477,24 @@ def block_bounds(n_eff: int, n_ranges: int, p: int) -> tuple[int, int, bool]:
 
 @_jit
 def block_stats(
-    code: int, pt: NDArray[np.float64], dl: NDArray[np.float64], so: SumOrder, b0: int, b1: int,
+    code: int, point: NDArray[np.float64], at: NDArray[np.int64], dl: NDArray[np.float64], so: SumOrder,
+    b0: int, b1: int,
 ) -> tuple[float, float]:
     """(Stats0, Stats1) of the block of positions ``b0 .. b1 - 1`` of ``so`` (its leaves those of
-    the tree ``dl`` belongs to), ``pt`` (>= b1,) the exp-space approx at each *position* (the
-    point of :func:`exp_space_objective` read through ``so.rows``); other arguments as in
-    :func:`exp_space_objective`.
+    the tree ``dl`` belongs to), the exp-space approx of position ``j`` being ``point[at[j]]``:
+    ``point`` in array order read through ``at = so.rows`` (as :func:`exp_space_objective` takes
+    it), or ``so.pt`` through ``at = so.here`` where a try computed it at the positions; other
+    arguments as in :func:`exp_space_objective`.
 
-    The tries read the approx in position order: a thread's blocks are a contiguous run of
-    positions, which the thread writes itself (:func:`.objective.part`). Kept in array order
-    instead, it was written by both threads of a team in the same cache lines wherever the
-    booster's order is a permutation (categorical data): a team of two then took one deleted
-    row's SinglePoint LeafRefit on ``CatBoostClassifier()`` longer than one thread did (3.9-8.6 s
-    against 4.6-5.0 s; 3.0-3.6 s since; ``docs/performance.md``, stop 53).
+    A try that computes the approx writes it at the positions: a thread's blocks are a contiguous
+    run of them (:func:`.objective.part`). Written in array order instead, both threads of a team
+    wrote the same cache lines wherever the booster's order is a permutation (categorical data):
+    a team of two then took one deleted row's SinglePoint LeafRefit on ``CatBoostClassifier()``
+    longer than one thread did (``docs/performance.md``, stop 53).
     """
     if code == CB_POISSON:
-        return _poisson_block(pt, dl, so, b0, b1)
-    return _ce_block(pt, dl, so, b0, b1)
+        return _poisson_block(point, at, dl, so, b0, b1)
+    return _ce_block(point, at, dl, so, b0, b1)
 
 
 @_jit
@@ -559,10 +564,9 @@ def exp_space_objective(
     order_leaves(so, n_eff, leaf)
     nb = n_blocks(n_eff, n_ranges)
     stats = np.empty((nb, 2))
-    pt = point[so.rows[:n_eff]]
     for p in range(nb):
         b0, b1, _ = block_bounds(n_eff, n_ranges, p)
-        stats[p, 0], stats[p, 1] = block_stats(code, pt, dl, so, b0, b1)
+        stats[p, 0], stats[p, 1] = block_stats(code, point, so.rows, dl, so, b0, b1)
     return combine_blocks(n_eff, n_ranges, stats)
 
 

@@ -32,10 +32,10 @@ from .team import CHUNK_ROWS
 
 _internal = numba.njit(cache=True, nogil=True, internal=True)
 
-#: Where a try of the fast objective takes its rows' exp-space approx (:func:`part`'s ``take``):
-#: as the tree's last try left it (no step accepted since), from the leaf sums that computed it
-#: (array order), or computed afresh.
-KEPT, FILLED, FRESH = 0, 1, 2
+#: Where a try of the fast objective finds its rows' exp-space approx (:func:`part`'s ``take``): at
+#: their positions (``SumOrder.pt``, where an earlier try or the team computed it), in array order
+#: where the leaf sums computed it, or not yet (the try computes it at the positions).
+AT_POSITIONS, FILLED, FRESH = 0, 1, 2
 
 
 @_internal
@@ -109,13 +109,12 @@ def part(
     block ``p`` of the booster's own arithmetic (:mod:`.fastobj`, with ``dl`` from :func:`prepare`,
     the rows, their targets, weights and leaves from ``so``, filled for this deletion and tree:
     :func:`.fastobj.fill_sum_order`, :func:`start_tree`);
-    its rows' exp-space approx (``exp`` of the margin at ``u``), at their positions (``so.pt``), is
-    as the tree's last try left it (``take`` :data:`KEPT`: the tries of one step share it, only an
-    accepted step moves ``u``), read from ``point_buf`` (n,) in array order where the leaf sums at
-    ``u`` filled it as they computed each row's derivatives (:data:`FILLED`,
-    :func:`.rowjobs.fills_points`, :func:`.plain.refit_round_sums`), or computed
-    (:data:`FRESH`, :func:`fresh_points`).
-    ``mrow`` (K,) is scratch.
+    its rows' exp-space approx (``exp`` of the margin at ``u``; the tries of one step share it, only
+    an accepted step moves ``u``) is read from ``point_buf`` (n,) in array order where the leaf sums
+    at ``u`` filled it as they computed each row's derivatives (``take`` :data:`FILLED`,
+    :func:`.rowjobs.fills_points`, :func:`.plain.refit_round_sums`), else from ``so.pt`` at the
+    rows' positions (:data:`AT_POSITIONS`), computed there first where ``take`` is :data:`FRESH`
+    (:func:`fresh_points`). ``mrow`` (K,) is scratch.
     """
     n = A.shape[0]
     base = lay.leaf_off[t]
@@ -133,13 +132,12 @@ def part(
         return total, 0.0
     n_eff, n_ranges = _layout(bt, n, skip)
     b0, b1, _ = block_bounds(n_eff, n_ranges, p)
+    L = lay.leaf_off[t + 1] - base
+    if take == FILLED:
+        return block_stats(bt.bt_obj, point_buf, so.rows, dl[:L], so, b0, b1)
     if take == FRESH:
         fresh_points(lay, t, A, delta, sel, every, u, so, b0, b1)
-    elif take == FILLED:
-        for pos in range(b0, b1):
-            so.pt[pos] = point_buf[so.rows[pos]]
-    L = lay.leaf_off[t + 1] - base
-    return block_stats(bt.bt_obj, so.pt, dl[:L], so, b0, b1)
+    return block_stats(bt.bt_obj, so.pt, so.here, dl[:L], so, b0, b1)
 
 
 @_internal

@@ -376,8 +376,9 @@ def refit_round_sums(
     ``jobs.so`` holding its leaves) it also gives each row's ``exp`` of its margin as the objective
     adds it, and returns how the tree's next try takes it (:func:`.objective.part`):
     :data:`.objective.FILLED` into ``points`` (n,) where every leaf is summed anew (see
-    :func:`.pointjobs.tree_sums`), :data:`.objective.KEPT` into ``jobs.so.pt`` by the team that sums
-    the other leaves (:func:`.pointjobs.resum_leaves`), else :data:`.objective.FRESH` (not given).
+    :func:`.pointjobs.tree_sums`), :data:`.objective.AT_POSITIONS` into ``jobs.so.pt`` by the team
+    that sums the other leaves (:func:`.pointjobs.resum_leaves`), else :data:`.objective.FRESH` (not
+    given).
 
     A leaf whose rows all keep their original margins and weights, at the original replay's
     ``a``-th step, reuses the cached sums minus row ``i0``'s share; the others are summed anew:
@@ -437,7 +438,7 @@ def refit_round_sums(
                          Hs[base - rl0 :], fill)
     if fill and whole:
         return objective.FILLED
-    return objective.KEPT if fill and on_team else objective.FRESH
+    return objective.AT_POSITIONS if fill and on_team else objective.FRESH
 
 
 @per_row

@@ -263,8 +263,8 @@ def try_objective(
     """The objective backtracking tree ``t`` compares (:func:`.objective.part`) at the moves
     ``jobs.u`` plus the try ``jobs.step``, row ``i0`` deleted, rows moved by ``jobs.delta`` where
     ``every`` or their leaf is in ``jobs.sel``; its parts posted to the team. ``take``: where the
-    exp-space approx at ``u`` comes from (:data:`.objective.FRESH`, ``FILLED`` from
-    ``jobs.point_buf``, or ``KEPT``)."""
+    exp-space approx at ``u`` is (:data:`.objective.FILLED`: ``jobs.point_buf``;
+    ``AT_POSITIONS``: ``jobs.so.pt``; ``FRESH``: not yet)."""
     objective.prepare(lay, bt, t, jobs.step, jobs.dl)
     _post(jobs, lay, trees, rows, loss, sums, bt, OBJECTIVE, t, i0, int(every), take, 0)
     return objective.combine(bt, jobs.A.shape[0], i0, jobs.parts)

@@ -194,7 +194,7 @@ def _do(
             base = lay.leaf_off[t]
             for j in range(j0, j1):
                 A[j, c] += sums.stored[base + lay.leaf[t, j]]
-    elif code == OBJECTIVE:  # tree a1, the exp-space approx taken as a2 says
+    elif code == OBJECTIVE:  # tree a1 (the exp-space approx as the last sums left it)
         if bt is None:
             return
         n_p = objective.n_parts(bt, n, -1)
@@ -203,7 +203,7 @@ def _do(
         for p in range(tid * n_p // work.n_team, (tid + 1) * n_p // work.n_team):
             work.parts[p, 0], work.parts[p, 1] = objective.part(
                 lay, rows.y, loss, bt, a1, A, no_delta, no_sel, False, work.u, work.step, work.dl, rows.w, -1,
-                work.order, work.point_buf, scratch[0, : A.shape[1]], a2, p)
+                work.order, work.point_buf, scratch[0, : A.shape[1]], objective.FILLED, p)
 
 
 @_internal
@@ -274,15 +274,13 @@ def step_sums(
 @_internal
 def try_objective(
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, bt: Backtrack,
-    A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64], t: int, filled: bool,
+    A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64], t: int,
 ) -> float:
     """The objective backtracking tree ``t`` compares (:func:`.objective.part`) at the moves
     ``work.u`` plus the try ``work.step``, no row deleted; the exp-space approx at ``work.u`` is
-    ``work.point_buf``, which the last :func:`step_sums` filled (:func:`fills_points`), read where
-    ``filled`` (it has moved since the tree's last try), else kept from that try."""
+    ``work.point_buf``, which the last :func:`step_sums` filled (:func:`fills_points`)."""
     objective.prepare(lay, bt, t, work.step, work.dl)
-    take = objective.FILLED if filled else objective.KEPT
-    _post(lay, trees, rows, loss, sums, cache, bt, A, work, scratch, OBJECTIVE, t, take, 0)
+    _post(lay, trees, rows, loss, sums, cache, bt, A, work, scratch, OBJECTIVE, t, 0, 0)
     return objective.combine(bt, A.shape[0], -1, work.parts)
 
 
