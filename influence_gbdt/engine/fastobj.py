@@ -319,14 +319,15 @@ class SumOrder(NamedTuple):
     row deleted or none (``n_eff`` rows; the arrays may hold more, which are not read). What a try
     reads per row and is the same for every try is kept here, at the row's position, so that the
     tries read it in order (:func:`fill_sum_order`, :func:`order_leaves`); so is the exp-space
-    approx where a try computes it (``pt``, :func:`.objective.part`)."""
+    approx where it is computed for a try (``pt``, :func:`.objective.fresh_points`: by the try
+    itself or by the refit's team beforehand)."""
 
     rows: NDArray[np.int64]  # (>= n_eff,) array row at each position
     prob: NDArray[np.float32]  # (>= n_eff,) its target as the loss reads it: Logloss float32(y) > 0.5
     # as 1 or 0, else float32(y)
     w: NDArray[np.float32]  # (>= n_eff,) its weight, float32 as CatBoost stores it
     leaf: NDArray[np.int32]  # (>= n_eff,) its leaf in the tree being decided
-    pt: NDArray[np.float64]  # (>= n_eff,) its row's exp-space approx, where a try computed it
+    pt: NDArray[np.float64]  # (>= n_eff,) its row's exp-space approx, where computed for a try
     here: NDArray[np.int64]  # (>= n_eff,) the position itself: ``pt`` is read through it
 
 
