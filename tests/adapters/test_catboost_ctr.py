@@ -92,6 +92,41 @@ def test_random_stream_and_shuffles():
 
 
 # ----------------------------------------------------------------------------------------------
+# The CTR buckets and bins, against loops written out
+
+
+@pytest.mark.parametrize("n_keys", [3, 70_000])
+def test_online_ctr_bins_count_the_earlier_rows_of_each_bucket(n_keys):
+    # More than 2**16 buckets takes the sort by bucket and position instead of numpy's 16-bit radix sort.
+    rng = np.random.default_rng(n_keys)
+    n = 80_000
+    keys = rng.permutation(np.arange(n) % n_keys)
+    classes = rng.integers(0, 2, n).astype(float)
+    order = rng.permutation(n)
+    good, total = np.zeros(n), np.zeros(n)
+    seen_good: dict[int, int] = {}
+    seen: dict[int, int] = {}
+    for row in order:  # CatBoost's online counts: the bucket's rows before this one along the fold
+        k = int(keys[row])
+        good[row], total[row] = seen_good.get(k, 0), seen.get(k, 0)
+        seen_good[k] = seen_good.get(k, 0) + int(classes[row] > 0)
+        seen[k] = seen.get(k, 0) + 1
+    ctr = {"ctr_type": "Borders", "prior_numerator": 0.5, "scale": 15.0, "target_border_idx": 0}
+    f32 = np.float32
+    value = ((good.astype(f32) + f32(0.5)) / (total + 1).astype(f32)).astype(f32)
+    expected = np.floor((value / f32(1.0) * f32(15.0)).astype(f32)).astype(np.int64)
+    np.testing.assert_array_equal(catboost_ctr.online_ctr_bins(ctr, keys, classes, order), expected)
+
+
+def test_bucket_numbers_are_ranks_of_the_distinct_values():
+    rng = np.random.default_rng(3)
+    for bound in (1, 7, 50_000, 10**12):  # small and large value ranges (a table, or a sort)
+        values = rng.integers(0, bound, 20_000)
+        ranks = np.searchsorted(np.array(sorted(set(values.tolist()))), values)
+        np.testing.assert_array_equal(catboost_ctr._numbered(values, bound), ranks)
+
+
+# ----------------------------------------------------------------------------------------------
 # The self-check on the training data
 
 
