@@ -380,8 +380,8 @@ def _ce_terms(
     """Each row's weighted float32 cross-entropy term of the 4-lane part into ``out`` (m,), from its
     exp-space approx ``a``, ``e = a * d`` (m,) float64, ``log_d = fastlogf(d)``, ``prob`` and ``w``
     (m,) float32. No branch and no call survive compilation, so the loop runs on vectors (the row
-    that overflows takes its other term by a select): measured 2.5x faster per row than one row at a
-    time with AVX-512, 1.4x with the portable target of the precompiled kernels
+    that overflows takes its other term by a select): measured 2.4x faster per row than one row at a
+    time with AVX-512, 1.3x with the portable target of the precompiled kernels
     (``docs/performance.md``, stop 54)."""
     for j in range(a.shape[0]):
         non_exp = fastlogf(a[j]) + log_d[j]
