@@ -306,7 +306,8 @@ def _bucket_keys(ctr: Mapping[str, Any], cols: _Columns, floats_info: Mapping[in
             )
     keys = np.zeros(cols.codes.shape[0], np.int64)
     for part in parts:  # renumbered after each element: keys stay below n * (values of a part)
-        keys = _numbered(keys * (int(part.max()) + 1) + part, (int(keys.max()) + 1) * (int(part.max()) + 1))
+        width = int(part.max()) + 1
+        keys = _numbered(keys * width + part, (int(keys.max()) + 1) * width)
     return keys
 
 
@@ -352,7 +353,7 @@ def online_ctr_bins(ctr: Mapping[str, Any], keys: NDArray[np.int64], classes: ND
     if ctr["ctr_type"] == "Borders":
         k = keys[order]
         if k.max() < 1 << 16:  # the same order by numpy's radix sort (stable, linear) of 16-bit keys:
-            srt = np.argsort(k.astype(np.uint16), kind="stable")  # 4-20x faster, measured (stop 54)
+            srt = np.argsort(k.astype(np.uint16), kind="stable")  # 1.5-15x faster, measured (stop 54)
         else:
             srt = np.lexsort((np.arange(n), k))  # by bucket, then position
         ks = k[srt]
