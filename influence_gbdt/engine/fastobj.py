@@ -442,8 +442,7 @@ def _ce_block(
         s0 = 0.0 + np.float64((a0 + a1) + (a2 + a3))
         s1 = 0.0 + np.float64((c0 + c1) + (c2 + c3))
     for j in range(nv, m):
-        lf = leaf[j] & INDEX
-        non_exp = np.float64(log_dl[lf]) + np.float64(fastlogf(a[j]))
+        non_exp = np.float64(log_d[j]) + np.float64(fastlogf(a[j]))
         if abs(e[j]) != math.inf:
             v = np.float64(fastlogf(e[j] + 1.0)) - np.float64(prob[j]) * non_exp
         else:
