@@ -46,6 +46,11 @@ from .team import CHUNK_ROWS, barrier, n_chunks, own_rows, take_items
 
 _internal = numba.njit(cache=True, nogil=True, internal=True)
 
+#: Rows of :func:`_chunk_sums_logloss`'s scratch (``PointWork.rowbuf``): its margins, the objective's
+#: margins, the exponentials and the two shares.
+ROWBUF = 5
+
+
 #: Job codes (``PointWork.job[0]``).
 SUMS, OBJECTIVE, SHARES, ADVANCE, STOP, MASSES, LEAVES = 1, 2, 3, 4, 5, 6, 7
 
@@ -76,6 +81,10 @@ class PointWork(NamedTuple):
     mass: NDArray[np.float64]  # (most leaves of a round,) a tree's leaves' masses (:func:`select_leaves`)
     resum: NDArray[np.bool_]  # (most leaves of a round,) the tree's leaves a :func:`resum_leaves` job sums
     queue: NDArray[np.int64]  # (1,) the next position of the approx a :func:`resum_leaves` job computes
+    rowbuf: NDArray[np.float64]  # (n_team, ROWBUF, rows of a chunk) each thread's scratch for the log-loss
+    # sums (:func:`_chunk_sums_logloss`)
+    intbuf: NDArray[np.int64]  # (n_team, 2 + most leaves of a round + rows of a chunk) each thread's integer
+    # scratch for them: leaf cursors (:func:`_leaf_totals`), then a list of rows (:func:`_approxes`)
 
 
 def make_point_work(n_team: int, n: int, K: int, n_total: int, most_leaves: int, parts: int, changes: int,
@@ -89,7 +98,9 @@ def make_point_work(n_team: int, n: int, K: int, n_total: int, most_leaves: int,
                      step=np.zeros(n_total), out=np.empty(n_total), sel=np.zeros(n_total, dtype=np.bool_),
                      w_new=np.empty(n), point_buf=np.empty(n), dl=np.empty(most_leaves),
                      so=new_sum_order(fast_rows), mass=np.zeros(most_leaves),
-                     resum=np.zeros(most_leaves, dtype=np.bool_), queue=np.zeros(1, dtype=np.int64))
+                     resum=np.zeros(most_leaves, dtype=np.bool_), queue=np.zeros(1, dtype=np.int64),
+                     rowbuf=np.empty((n_team, ROWBUF, min(n, CHUNK_ROWS))),
+                     intbuf=np.full((n_team, 2 + most_leaves + min(n, CHUNK_ROWS)), -1))
 
 
 @_internal
@@ -97,10 +108,12 @@ def _chunk_sums(
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, t: int, A: NDArray[np.float64],
     delta: NDArray[np.float64], all_moved: bool, track: bool, sel: NDArray[np.bool_], u: NDArray[np.float64],
     w_new: NDArray[np.float64], i0: int, j0: int, j1: int, P: NDArray[np.float64],
-    points: NDArray[np.float64], fill: bool,
+    points: NDArray[np.float64], fill: bool, buf: NDArray[np.float64], ints: NDArray[np.int64],
 ) -> None:
     """Every leaf's sums of one-output tree ``t`` over rows ``j0 .. j1 - 1`` (one chunk), row ``i0``
-    deleted, into ``P`` (leaves of the tree, 2), zeroed first: w g, and w h (Newton) or w.
+    deleted, into ``P`` (leaves of the tree, 2), zeroed first: w g, and w h (Newton) or w
+    (``buf``, ``ints``: log loss's scratch, :data:`ROWBUF` x the chunk's rows, and 2 + the tree's
+    leaves (cursors, :func:`_leaf_totals`) + the chunk's rows).
 
     A row's margin is ``A`` plus the tree's in-tree move ``u``, plus its change ``delta`` if
     ``all_moved``, or if ``track`` and its leaf is in ``sel``. If ``fill``, also each row's ``exp``
@@ -118,8 +131,11 @@ def _chunk_sums(
     prm = params4(loss.prm)
     h_min = loss.prm[0]
     if code == LOGLOSS and (prm[1] == 1.0 or not fill):
-        _chunk_sums_logloss(prm, f32, newton, leaf, y, A, delta, all_moved, track, sel_t, u_t, w_new, i0, j0,
-                            j1, P, points, fill)
+        n = A.shape[0]
+        _chunk_sums_logloss(prm, f32, newton, leaf, y.reshape(n), A.reshape(n), delta.reshape(delta.shape[0]),
+                            all_moved, track, sel_t, u_t, w_new, i0, j0, j1, P, points, fill, buf, t,
+                            lay.rows_by_leaf[t], lay.leaf_first[base : base + L],
+                            lay.leaf_count[base : base + L], ints[: 2 + L], ints[2 + L :])
         return
     for j in range(j0, j1):
         if j == i0:
@@ -138,86 +154,117 @@ def _chunk_sums(
         P[lj, 1] += wh if newton else w_new[j]
 
 
-@_internal
+@numba.njit(cache=True, nogil=True, internal=True, error_model="numpy")  # no branch after a division
 def _chunk_sums_logloss(
     prm: Params4, f32: bool, newton: bool, leaf: NDArray[np.int32], y: NDArray[np.float64],
     A: NDArray[np.float64], delta: NDArray[np.float64], all_moved: bool, track: bool,
     sel_t: NDArray[np.bool_], u_t: NDArray[np.float64], w_new: NDArray[np.float64], i0: int, j0: int, j1: int,
-    P: NDArray[np.float64], points: NDArray[np.float64], fill: bool,
+    P: NDArray[np.float64], points: NDArray[np.float64], fill: bool, buf: NDArray[np.float64], t: int,
+    by_leaf: NDArray[np.int32], first: NDArray[np.int64], count: NDArray[np.int64], cur: NDArray[np.int64],
+    rise: NDArray[np.int64],
 ) -> None:
-    """:func:`_chunk_sums` of log loss (``fill`` at scale 1 only), its arithmetic inlined: four rows'
-    margins and exponentials side by side, then the four rows' shares added in row order, as
-    :func:`.reverse1._margin_logloss` takes them (one row's ``exp``, divisions and sums are a chain
-    of dependent operations longer than the processor overlaps with the next row's); a run of four
-    rows holding row ``i0`` row by row. The same operations on each row as :func:`.derivs1_exp`
-    and :func:`.derivs1`, so the same bits. Measured (one deleted row's LeafRefit with every point
-    updated, previous code -> this in one process, alternating): synthetic 32,561 x 100 x 64
-    1.1-1.3x on one thread and on a team of two; `CatBoostClassifier()` on Adult 1.02-1.12x on one
-    thread, 1.19-1.29x on two; Adult's LightGBM and XGBoost defaults 0.96x-1.2x (see
-    docs/performance.md, stop 52)."""
+    """:func:`_chunk_sums` of log loss (``fill`` at scale 1 only; ``y``, ``A``, ``delta``: the
+    one-output arrays as contiguous ``(n,)`` views), in passes over the chunk: the margins; their
+    exponentials (glibc's ``exp``, one call per row); the rows' shares, without branches, which the
+    compiler computes on vectors (each row's operations and their rounding unchanged); each leaf's
+    sums (:func:`_leaf_totals`, tree ``t``'s rows by leaf ``by_leaf`` from ``first``, ``count``,
+    cursors ``cur``); the exp-space approx (:func:`_approxes`, ``rise`` its scratch). ``buf``
+    (:data:`ROWBUF`, >= j1 - j0): scratch. The same operations on each row, and the same sums in
+    the same order, as :func:`.derivs1_exp`, :func:`.derivs1` and row-by-row sums, so the same
+    bits.
+
+    Measured against the previous code (every row's work in one loop, four rows side by side), one
+    process, `CatBoostClassifier()` on Adult's leaves and margins, ns per row: 9.0-9.6 -> 6.9-7.9
+    with the approx filled, 7.1 -> 5.6-6.5 without; a deleted row's LeafRefit with every point
+    updated (`benchmarks/speed.py`'s model) 4.0-4.3 -> 3.6 s on one thread, 2.03-2.12 -> 1.80-1.82 s
+    on two (docs/performance.md, stop 55)."""
     s = prm[1]
-    j = j0
-    while j < j1:
-        if j + 4 <= j1 and not j <= i0 < j + 4:
-            l0, l1, l2, l3 = leaf[j] & INDEX, leaf[j + 1] & INDEX, leaf[j + 2] & INDEX, leaf[j + 3] & INDEX
-            d0 = delta[j, 0] if all_moved or (track and sel_t[l0]) else 0.0  # 0: not moved
-            d1 = delta[j + 1, 0] if all_moved or (track and sel_t[l1]) else 0.0
-            d2 = delta[j + 2, 0] if all_moved or (track and sel_t[l2]) else 0.0
-            d3 = delta[j + 3, 0] if all_moved or (track and sel_t[l3]) else 0.0
-            a0, a1, a2, a3 = A[j, 0], A[j + 1, 0], A[j + 2, 0], A[j + 3, 0]
-            u0, u1, u2, u3 = u_t[l0], u_t[l1], u_t[l2], u_t[l3]
-            m0, m1, m2, m3 = (a0 + d0) + u0, (a1 + d1) + u1, (a2 + d2) + u2, (a3 + d3) + u3
-            e0, e1 = math.exp(-abs(s * m0)), math.exp(-abs(s * m1))
-            e2, e3 = math.exp(-abs(s * m2)), math.exp(-abs(s * m3))
-            wg, wh, pt = _logloss_share(prm, f32, newton, y[j, 0], w_new[j], m0, e0, fill, a0 + u0 + d0)
-            _add_share(P, points, fill, j, l0, wg, wh, pt)
-            wg, wh, pt = _logloss_share(prm, f32, newton, y[j + 1, 0], w_new[j + 1], m1, e1, fill,
-                                        a1 + u1 + d1)
-            _add_share(P, points, fill, j + 1, l1, wg, wh, pt)
-            wg, wh, pt = _logloss_share(prm, f32, newton, y[j + 2, 0], w_new[j + 2], m2, e2, fill,
-                                        a2 + u2 + d2)
-            _add_share(P, points, fill, j + 2, l2, wg, wh, pt)
-            wg, wh, pt = _logloss_share(prm, f32, newton, y[j + 3, 0], w_new[j + 3], m3, e3, fill,
-                                        a3 + u3 + d3)
-            _add_share(P, points, fill, j + 3, l3, wg, wh, pt)
-            j += 4
-            continue
-        if j != i0:
-            lj = leaf[j] & INDEX
-            d = delta[j, 0] if all_moved or (track and sel_t[lj]) else 0.0
-            m = (A[j, 0] + d) + u_t[lj]
-            wg, wh, pt = _logloss_share(prm, f32, newton, y[j, 0], w_new[j], m, math.exp(-abs(s * m)), fill,
-                                        A[j, 0] + u_t[lj] + d)
-            _add_share(P, points, fill, j, lj, wg, wh, pt)
-        j += 1
+    k = j1 - j0
+    m, mo, e, wg, wh = buf[0], buf[1], buf[2], buf[3], buf[4]
+    for q in range(k):
+        j = j0 + q
+        lj = leaf[j] & INDEX
+        d = delta[j] if all_moved or (track and sel_t[lj]) else 0.0  # 0: not moved
+        a, uj = A[j], u_t[lj]
+        m[q] = (a + d) + uj
+        mo[q] = a + uj + d  # the objective's order of addition
+    for q in range(k):
+        e[q] = math.exp(-abs(s * m[q]))
+    _logloss_shares(prm, f32, newton, y[j0:j1], w_new[j0:j1], m, e, wg, wh, k)
+    _leaf_totals(t, by_leaf, first, count, cur, i0, j0, j1, wg, wh, P)
+    if fill:
+        kept = points[i0] if j0 <= i0 < j1 else 0.0  # the deleted row's is not written
+        _approxes(m, e, mo, points[j0:j1], k, rise)
+        if j0 <= i0 < j1:
+            points[i0] = kept
 
 
 @per_row
-def _add_share(P: NDArray[np.float64], points: NDArray[np.float64], fill: bool, j: int, lj: int, wg: float,
-               wh: float, pt: float) -> None:
-    """Row ``j``'s share ``wg``, ``wh`` added into ``P[lj]`` and, if ``fill``, its exp-space
-    approx ``pt`` into ``points[j]`` (:func:`_chunk_sums_logloss`)."""
-    P[lj, 0] += wg
-    P[lj, 1] += wh
-    if fill:
-        points[j] = pt
+def _leaf_totals(t: int, by_leaf: NDArray[np.int32], first: NDArray[np.int64], count: NDArray[np.int64],
+                 cur: NDArray[np.int64], i0: int, j0: int, j1: int, wg: NDArray[np.float64],
+                 wh: NDArray[np.float64], P: NDArray[np.float64]) -> None:
+    """Each leaf's sums of the shares ``wg``, ``wh`` (indexed by row - ``j0``) of rows ``j0 .. j1 -
+    1`` of tree ``t`` but ``i0``, in row order, into ``P`` (leaves, 2): leaf by leaf, its rows of
+    the chunk read from ``by_leaf`` (the tree's rows sorted by leaf, then row; leaf ``l``'s from
+    ``first[l]``, ``count[l]`` of them), each leaf's two sums in registers (added in the same
+    order from 0 as row by row into ``P``, so the same bits; row by row, a leaf's next row waits
+    for its previous row's sum to be stored and loaded again).
+
+    ``cur`` (2 + leaves): the tree and row the cursors ``cur[2:]`` (each leaf's position in
+    ``by_leaf``) are at, moved past the chunk; positioned by bisection where they are not at
+    ``(t, j0)`` (a thread's first chunk, another tree)."""
+    L = first.shape[0]
+    if not (cur[0] == t and cur[1] == j0):
+        for lj in range(L):
+            f = first[lj]
+            cur[2 + lj] = f + np.searchsorted(by_leaf[f : f + count[lj]], j0) if j0 > 0 else f
+    for lj in range(L):
+        q, end = cur[2 + lj], first[lj] + count[lj]
+        g, h = 0.0, 0.0
+        while q < end and by_leaf[q] < j1:
+            j = by_leaf[q]
+            if j != i0:
+                g += wg[(j - j0) & INDEX]
+                h += wh[(j - j0) & INDEX]
+            q += 1
+        cur[2 + lj] = q
+        P[lj, 0], P[lj, 1] = g, h
+    cur[0], cur[1] = t, j1
 
 
 @per_row
-def _logloss_share(prm: Params4, f32: bool, newton: bool, y: float, w: float, m: float, e: float, fill: bool,
-                   mo: float) -> tuple[float, float, float]:
-    """A row of :func:`_chunk_sums_logloss` at margin ``m`` (``e = exp(-|s m|)``, ``mo``: the margin
-    in the objective's order of addition): ``(w g, w h)`` (or ``w`` second for a gradient step)
-    and, if ``fill``, its exp-space approx (else 0). Scalars only: given the arrays it reads
-    instead, numba counted references to them at every row (a deleted row's refit 7x slower,
-    measured; :func:`_add_share`, given only the two it writes, costs nothing measurable)."""
-    g, h, _, _ = step_logloss_at(prm, y, 1.0, prm[1] * m, e)  # h floored at prm[0], as max(h, h_min)
-    wg, wh = weighted(LOGLOSS, g, h, w, f32)
-    pt = 0.0
-    if fill:
-        em = e if m < 0.0 else math.exp(m)
-        pt = em if mo == m else math.exp(mo)
-    return wg, wh if newton else w, pt
+def _logloss_shares(prm: Params4, f32: bool, newton: bool, y: NDArray[np.float64], w: NDArray[np.float64],
+                    m: NDArray[np.float64], e: NDArray[np.float64], wg: NDArray[np.float64],
+                    wh: NDArray[np.float64], k: int) -> None:
+    """Rows ``0 .. k - 1``'s ``(w g, w h)`` (``w`` second for a gradient step) into ``wg``, ``wh``
+    at margins ``m``, from ``e = exp(-|s m|)`` (``h`` floored at ``prm[0]``)."""
+    for q in range(k):
+        g, h, _, _ = step_logloss_at(prm, y[q], 1.0, prm[1] * m[q], e[q])
+        a, b = weighted(LOGLOSS, g, h, w[q], f32)
+        wg[q] = a
+        wh[q] = b if newton else w[q]
+
+
+@_internal
+def _approxes(m: NDArray[np.float64], e: NDArray[np.float64], mo: NDArray[np.float64],
+              points: NDArray[np.float64], k: int, rise: NDArray[np.int64]) -> None:
+    """Rows ``0 .. k - 1``'s exp-space approx ``exp(mo)`` into ``points``, from their margins ``m``
+    and ``e = exp(-|m|)``: ``e`` itself where ``m < 0`` and the two margins are the same number.
+    Without a branch per row on the margin's sign, which the processor mispredicts for the rows
+    with a positive margin: those rows are listed first (``rise``: scratch of >= k), then their
+    ``exp`` taken; a row whose two margins differ (rare) then gets ``exp(mo)``."""
+    n_up = 0
+    for q in range(k):
+        rise[n_up] = q
+        n_up += m[q] >= 0.0
+    for q in range(k):
+        points[q] = e[q]
+    for c in range(n_up):
+        q = rise[c]
+        points[q] = math.exp(m[q])
+    for q in range(k):
+        if mo[q] != m[q]:
+            points[q] = math.exp(mo[q])
 
 
 @_internal
@@ -234,10 +281,11 @@ def tree_sums(
     n = A.shape[0]
     L = lay.leaf_off[t + 1] - lay.leaf_off[t]
     if jobs is None:
-        P = np.empty((L, 2))
+        chunk = min(n, CHUNK_ROWS)
+        P, buf, ints = np.empty((L, 2)), np.empty((ROWBUF, chunk)), np.full(2 + L + chunk, -1)
         for c0 in range(0, n, CHUNK_ROWS):
             _chunk_sums(lay, trees, rows, loss, t, A, delta, all_moved, track, sel, u, w_new, i0, c0,
-                        min(n, c0 + CHUNK_ROWS), P, points, fill)
+                        min(n, c0 + CHUNK_ROWS), P, points, fill, buf, ints)
             _add_chunk(P, L, Gs, Hs)
         return
     _post(jobs, lay, trees, rows, loss, sums, None, SUMS, t, i0, int(all_moved), int(track), int(fill))
@@ -577,7 +625,7 @@ def _do(
         for c0 in range(j0, j1, CHUNK_ROWS):
             _chunk_sums(lay, trees, rows, loss, a1, jobs.A, jobs.delta, a3 != 0, a4 != 0, jobs.sel, jobs.u,
                         jobs.w_new, a2, c0, min(j1, c0 + CHUNK_ROWS), jobs.P[c0 // CHUNK_ROWS],
-                        jobs.point_buf, a5 != 0)
+                        jobs.point_buf, a5 != 0, jobs.rowbuf[tid], jobs.intbuf[tid])
     elif code == OBJECTIVE:  # tree a1, row a2 deleted, every row moved a3, approx taken as a4 says
         if bt is None:
             return
