@@ -184,7 +184,10 @@ def _chunk_sums_logloss(
     for q in range(k):
         j = j0 + q
         lj = leaf[j] & INDEX
-        d = delta[j] if all_moved or (track and sel_t[lj]) else 0.0  # 0: not moved
+        if all_moved:
+            d = delta[j]
+        else:
+            d = delta[j] if track and sel_t[lj] else 0.0  # 0: not moved
         a, uj = A[j], u_t[lj]
         m[q] = (a + d) + uj
         mo[q] = a + uj + d  # the objective's order of addition
