@@ -174,9 +174,9 @@ def _chunk_sums_logloss(
     bits.
 
     Measured against the previous code (every row's work in one loop, four rows side by side), one
-    process, `CatBoostClassifier()` on Adult's leaves and margins, ns per row: 9.0-9.6 -> 6.9-7.9
-    with the approx filled, 7.1 -> 5.6-6.5 without; a deleted row's LeafRefit with every point
-    updated (`benchmarks/speed.py`'s model) 4.0-4.3 -> 3.6 s on one thread, 2.03-2.12 -> 1.80-1.82 s
+    process, `CatBoostClassifier()` on Adult's leaves and margins, ns per row: 8.7-9.6 -> 6.9-8.2
+    with the approx filled, 7.0-7.1 -> 5.6-6.6 without; a deleted row's LeafRefit with every point
+    updated (`benchmarks/speed.py`'s model) 4.0-4.3 -> 3.6 s on one thread, 2.02-2.12 -> 1.80-1.82 s
     on two (docs/performance.md, stop 55)."""
     s = prm[1]
     k = j1 - j0
@@ -209,9 +209,9 @@ def _leaf_totals(t: int, by_leaf: NDArray[np.int32], first: NDArray[np.int64], c
     """Each leaf's sums of the shares ``wg``, ``wh`` (indexed by row - ``j0``) of rows ``j0 .. j1 -
     1`` of tree ``t`` but ``i0``, in row order, into ``P`` (leaves, 2): leaf by leaf, its rows of
     the chunk read from ``by_leaf`` (the tree's rows sorted by leaf, then row; leaf ``l``'s from
-    ``first[l]``, ``count[l]`` of them), each leaf's two sums in registers (added in the same
-    order from 0 as row by row into ``P``, so the same bits; row by row, a leaf's next row waits
-    for its previous row's sum to be stored and loaded again).
+    ``first[l]``, ``count[l]`` of them), each leaf's two sums in registers: the same additions in
+    the same order from 0 as row by row into ``P``, so the same bits, without a leaf's next row
+    waiting for its previous row's sum to be stored and loaded again.
 
     ``cur`` (2 + leaves): the tree and row the cursors ``cur[2:]`` (each leaf's position in
     ``by_leaf``) are at, moved past the chunk; positioned by bisection where they are not at
