@@ -84,7 +84,7 @@ class PointWork(NamedTuple):
     rowbuf: NDArray[np.float64]  # (n_team, ROWBUF, rows of a chunk) each thread's scratch for the log-loss
     # sums (:func:`_chunk_sums_logloss`)
     intbuf: NDArray[np.int64]  # (n_team, 2 + most leaves of a round + rows of a chunk) each thread's integer
-    # scratch for them: leaf cursors (:func:`_leaf_totals`), then a list of rows (:func:`_approxes`)
+    # scratch for them: leaf cursors (:func:`_leaf_totals`), then a list of rows (``need``)
 
 
 def make_point_work(n_team: int, n: int, K: int, n_total: int, most_leaves: int, parts: int, changes: int,
@@ -161,17 +161,19 @@ def _chunk_sums_logloss(
     sel_t: NDArray[np.bool_], u_t: NDArray[np.float64], w_new: NDArray[np.float64], i0: int, j0: int, j1: int,
     P: NDArray[np.float64], points: NDArray[np.float64], fill: bool, buf: NDArray[np.float64], t: int,
     by_leaf: NDArray[np.int32], first: NDArray[np.int64], count: NDArray[np.int64], cur: NDArray[np.int64],
-    rise: NDArray[np.int64],
+    need: NDArray[np.int64],
 ) -> None:
     """:func:`_chunk_sums` of log loss (``fill`` at scale 1 only; ``y``, ``A``, ``delta``: the
     one-output arrays as contiguous ``(n,)`` views), in passes over the chunk: the margins; their
     exponentials (glibc's ``exp``, one call per row); the rows' shares, without branches, which the
     compiler computes on vectors (each row's operations and their rounding unchanged); each leaf's
     sums (:func:`_leaf_totals`, tree ``t``'s rows by leaf ``by_leaf`` from ``first``, ``count``,
-    cursors ``cur``); the exp-space approx (:func:`_approxes`, ``rise`` its scratch). ``buf``
-    (:data:`ROWBUF`, >= j1 - j0): scratch. The same operations on each row, and the same sums in
-    the same order, as :func:`.derivs1_exp`, :func:`.derivs1` and row-by-row sums, so the same
-    bits.
+    cursors ``cur``); with ``fill``, the exp-space approx: the exponentials are written into
+    ``points`` to begin with, and the rows listed in ``need`` (scratch of >= j1 - j0) then take an
+    ``exp`` of their own (a positive margin, about 15% of Adult's rows, whose ``exp(-|m|)`` is not
+    the approx; or the objective's margin another number, about 3%). ``buf`` (:data:`ROWBUF`, >=
+    j1 - j0): scratch. The same operations on each row, and the same sums in the same order, as
+    :func:`.derivs1_exp`, :func:`.derivs1` and row-by-row sums, so the same bits.
 
     Measured against the previous code (every row's work in one loop, four rows side by side), one
     process, `CatBoostClassifier()` on Adult's leaves and margins, ns per row: 8.7-9.6 -> 6.9-8.2
@@ -180,24 +182,43 @@ def _chunk_sums_logloss(
     on two (docs/performance.md, stop 55)."""
     s = prm[1]
     k = j1 - j0
-    m, mo, e, wg, wh = buf[0], buf[1], buf[2], buf[3], buf[4]
-    for q in range(k):
-        j = j0 + q
-        lj = leaf[j] & INDEX
-        if all_moved:
-            d = delta[j]
-        else:
-            d = delta[j] if track and sel_t[lj] else 0.0  # 0: not moved
-        a, uj = A[j], u_t[lj]
-        m[q] = (a + d) + uj
-        mo[q] = a + uj + d  # the objective's order of addition
-    for q in range(k):
-        e[q] = math.exp(-abs(s * m[q]))
+    m, mo, wg, wh = buf[0], buf[1], buf[3], buf[4]
+    # the chunk's rows counted from 0 (no wrap-around test per row), a loop per case (no test of
+    # ``all_moved`` per row)
+    leaf_c, a_c, d_c = leaf[j0:j1], A[j0:j1], delta[j0:j1]
+    if all_moved:
+        for q in range(k):
+            a, d, uj = a_c[q], d_c[q], u_t[leaf_c[q] & INDEX]
+            m[q] = (a + d) + uj
+            mo[q] = a + uj + d  # the objective's order of addition
+    else:
+        for q in range(k):
+            lj = leaf_c[q] & INDEX
+            d = d_c[q] if track and sel_t[lj] else 0.0  # 0: not moved
+            a, uj = a_c[q], u_t[lj]
+            m[q] = (a + d) + uj
+            mo[q] = a + uj + d
+    if fill:
+        # the exponentials go where the approx goes: ``exp(m)`` of a row whose margin is negative
+        # and whose two margins are the same number; the other rows are listed (``need``) and take
+        # ``exp(mo)`` after the shares have read ``e``. The deleted row's approx is not written.
+        e = points[j0:j1]
+        kept = points[i0] if j0 <= i0 < j1 else 0.0
+        n_need = 0
+        for q in range(k):
+            e[q] = math.exp(-abs(s * m[q]))
+            need[n_need] = q
+            n_need += (m[q] >= 0.0) | (mo[q] != m[q])
+    else:
+        e = buf[2]
+        for q in range(k):
+            e[q] = math.exp(-abs(s * m[q]))
     _logloss_shares(prm, f32, newton, y[j0:j1], w_new[j0:j1], m, e, wg, wh, k)
     _leaf_totals(t, by_leaf, first, count, cur, i0, j0, j1, wg, wh, P)
     if fill:
-        kept = points[i0] if j0 <= i0 < j1 else 0.0  # the deleted row's is not written
-        _approxes(m, e, mo, points[j0:j1], k, rise)
+        for c in range(n_need):
+            q = need[c]
+            e[q] = math.exp(mo[q])
         if j0 <= i0 < j1:
             points[i0] = kept
 
@@ -246,28 +267,6 @@ def _logloss_shares(prm: Params4, f32: bool, newton: bool, y: NDArray[np.float64
         a, b = weighted(LOGLOSS, g, h, w[q], f32)
         wg[q] = a
         wh[q] = b if newton else w[q]
-
-
-@_internal
-def _approxes(m: NDArray[np.float64], e: NDArray[np.float64], mo: NDArray[np.float64],
-              points: NDArray[np.float64], k: int, rise: NDArray[np.int64]) -> None:
-    """Rows ``0 .. k - 1``'s exp-space approx ``exp(mo)`` into ``points``, from their margins ``m``
-    and ``e = exp(-|m|)``: ``e`` itself where ``m < 0`` and the two margins are the same number.
-    Without a branch per row on the margin's sign, which the processor mispredicts for the rows
-    with a positive margin: those rows are listed first (``rise``: scratch of >= k), then their
-    ``exp`` taken; a row whose two margins differ (rare) then gets ``exp(mo)``."""
-    n_up = 0
-    for q in range(k):
-        rise[n_up] = q
-        n_up += m[q] >= 0.0
-    for q in range(k):
-        points[q] = e[q]
-    for c in range(n_up):
-        q = rise[c]
-        points[q] = math.exp(m[q])
-    for q in range(k):
-        if mo[q] != m[q]:
-            points[q] = math.exp(mo[q])
 
 
 @_internal
