@@ -202,6 +202,26 @@ def test_objective_blocks_match_reference():
         assert_bits(F.exp_space_objective(CODES[loss], *p, 1), R.objective(loss, *p))
 
 
+@pytest.mark.parametrize("loss", ["Logloss", "CrossEntropy"])
+def test_objective_blocks_with_overflowing_rows(loss):
+    # Rows whose exp-space approx times the try's exp overflows to inf take the other term
+    # (``(1 - prob) * non_exp``): in the float32 lanes and in the double tail, beside rows of the
+    # same large approx in a leaf whose step does not overflow. _problem's draws almost never
+    # overflow, so these blocks force it.
+    rng = np.random.default_rng(11)
+    for n in (4, 7, 64, 1001, 4093, 4096):
+        point, dl, leaf, y, w = _problem(rng, n, loss, 5, 1.0, 0.1, n % 2 == 1)
+        dl[2] = R.fastexp(np.array([40.0, 0.0, 0.0, 0.0]))[0]  # ~2.4e17: overflows a 1e300 approx
+        big = rng.choice(n, max(n // 5, 2), replace=False)
+        point[big] = 1e300
+        point[n - 1] = 1e300  # a row of the tail (or of the lanes where n % 4 == 0)
+        leaf[n - 1] = 2
+        with np.errstate(over="ignore"):
+            e = point * dl[leaf]
+        assert np.isinf(e).any() and (point[np.isfinite(e)] == 1e300).any()
+        assert_bits(_block(CODES[loss], point, dl, leaf, y, w), _ref_block(loss, point, dl, leaf, y, w))
+
+
 @pytest.mark.parametrize("n", [9999, 10000, 10001, 12001, 25003, 100000, 130001])
 def test_objective_ranges_and_blocks(n):
     rng = np.random.default_rng(n)
