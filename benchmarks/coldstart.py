@@ -135,8 +135,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     from influence_gbdt import _jit
 
-    shipped = _jit.SHIPPED_DIR is not None
-    where = _jit.SHIPPED_DIR or "none in this install (editable, or built for another numba/Python)"
+    shipped = _jit.SHIPPED_MAGIC is not None
+    where = (f"{_jit.SHIPPED_DIR} (compiled for {_jit.SHIPPED_MAGIC[1]} CPUs)" if _jit.SHIPPED_MAGIC
+             else f"not used: {_jit.NOT_SHIPPED}")
     print(f"numba {_jit._numba.__version__}, Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
           f"{args.rows} training rows of Adult; precompiled kernels: {where}\n")
     rows, slowest = [], Counter()

@@ -5,13 +5,14 @@ decorators read as plain numba (``@numba.njit(cache=True, nogil=True)``) while a
 decided here, once.
 
 **Precompiled kernels.** A wheel built from the sources (``pip install .``, ``python -m build``)
-carries its kernels already compiled, for a portable CPU target (``NUMBA_CPU_NAME=generic``:
-x86-64 or aarch64 without extensions), in ``influence_gbdt/_kernels/<key>/`` (see
-:mod:`influence_gbdt._warmup`, which the build runs). They are read first, and used only where the
-key matches this process exactly: numba's version, Python's version and a digest of the package's
-sources (:data:`SHIPPED_DIR`; None otherwise). A kernel found there is not compiled at all.
-``INFLUENCE_GBDT_PRECOMPILED=0`` ignores them (what ``benchmarks/coldstart.py`` measures the
-fallback with).
+carries its kernels already compiled, for a CPU level most machines have (x86-64-v3, i.e. AVX2,
+where the building machine has it, else generic x86-64 or aarch64: :mod:`influence_gbdt._cpu`), in
+``influence_gbdt/_kernels/<key>/`` (see :mod:`influence_gbdt._warmup`, which the build runs). They
+are read first, and used only where the key matches this process exactly (numba's version,
+Python's version and a digest of the package's sources) and this machine has every feature of
+that CPU level (:data:`SHIPPED_DIR`; None otherwise, the compile notice says why). A kernel found
+there is not compiled at all. ``INFLUENCE_GBDT_PRECOMPILED=0`` ignores them (what
+``benchmarks/coldstart.py`` measures the fallback with).
 
 **Cache location.** What is compiled at run time (another numba or Python version, an editable
 install, a signature the precompiled set lacks) is cached, never in the installed package (files
@@ -167,9 +168,6 @@ DIGEST: str = source_digest()
 CACHE_DIR: str | None = cache_dir()
 #: Where a built wheel keeps its precompiled kernels (see the module docstring).
 SHIPPED_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_kernels")
-#: The CPU a precompiled kernel was built for, as numba's codegen names its target: (triple,
-#: cpu name, features).
-PORTABLE_CPU = "generic"
 
 
 def shipped_key() -> str:
@@ -178,29 +176,39 @@ def shipped_key() -> str:
     return f"{_numba.__version__}-py{sys.version_info[0]}{sys.version_info[1]}-{DIGEST}"
 
 
-def _shipped_dir() -> tuple[str | None, tuple[Any, ...] | None]:
-    """(the precompiled kernels' directory, the codegen magic tuple they were compiled for), or
-    (None, None) when there are none for this process: another numba, Python, source version or
-    machine triple; or ``INFLUENCE_GBDT_PRECOMPILED=0`` is set (to measure or rule out the
-    precompiled kernels)."""
+def _shipped_dir() -> tuple[str | None, tuple[Any, ...] | None, str]:
+    """(the precompiled kernels' directory, the codegen magic tuple they were compiled for, "") or
+    (None, None, why this process cannot use any): another numba, Python or source version, another
+    machine triple, a CPU level whose features this machine lacks (:func:`._cpu.missing`), or
+    ``INFLUENCE_GBDT_PRECOMPILED=0`` (to measure or rule out the precompiled kernels)."""
     if os.environ.get("INFLUENCE_GBDT_PRECOMPILED") == "0":
-        return None, None
+        return None, None, "INFLUENCE_GBDT_PRECOMPILED=0 is set"
     path = os.path.join(SHIPPED_ROOT, shipped_key())
     try:
         with open(os.path.join(path, "manifest.json")) as fh:
             manifest = json.load(fh)
     except (OSError, ValueError):
-        return None, None
+        return None, None, (f"this install has no precompiled kernels for numba {_numba.__version__} / "
+                            f"Python {sys.version_info[0]}.{sys.version_info[1]}")
     from numba.core.registry import cpu_target
+
+    from ._cpu import missing
 
     triple = cpu_target.target_context.codegen().magic_tuple()[0]
     magic = tuple(manifest.get("magic") or ())
     if len(magic) != 3 or magic[0] != triple:
-        return None, None
-    return path, magic
+        other = magic[0] if magic else "an unrecorded one"
+        return None, None, f"this install's precompiled kernels are for another machine ({other})"
+    lacks = missing(magic[1])
+    if lacks:
+        return None, None, (f"this install's precompiled kernels are for {magic[1]} CPUs, and this one "
+                            f"lacks {', '.join(lacks)}")
+    return path, magic, ""
 
 
-SHIPPED_DIR, _SHIPPED_MAGIC = _shipped_dir()
+#: The precompiled kernels this process reads (None: none), the codegen magic tuple (triple, CPU
+#: level, features) they were compiled for, and why there are none ("" when there are).
+SHIPPED_DIR, SHIPPED_MAGIC, NOT_SHIPPED = _shipped_dir()
 
 
 #: Where :func:`_bind_exp` checks that the two exponentials agree bit for bit: zeros, tiny and huge
@@ -265,9 +273,9 @@ class _Impl(_caching.CompileResultCacheImpl):
 
 
 class KernelCache(_caching.FunctionCache):
-    """numba's function cache with the precompiled kernels read first (under the portable target's
-    key: their code runs on any CPU of the machine triple) and :data:`CACHE_DIR` (when there is one)
-    for what this process compiles."""
+    """numba's function cache with the precompiled kernels read first (under the key of the CPU
+    level they were compiled for, which :func:`_shipped_dir` checked this machine runs) and
+    :data:`CACHE_DIR` (when there is one) for what this process compiles."""
 
     _impl_class = _Impl
 
@@ -283,7 +291,7 @@ class KernelCache(_caching.FunctionCache):
         if self._shipped is not None:
             target_context.refresh()
             key = self._index_key(sig, target_context.codegen())
-            data = self._shipped.load((key[0], _SHIPPED_MAGIC, key[2]))
+            data = self._shipped.load((key[0], SHIPPED_MAGIC, key[2]))
             if data is not None:
                 return self._impl.rebuild(target_context, data)
         return super().load_overload(sig, target_context)
@@ -334,9 +342,7 @@ class _CompileNotice(_event.Listener):
         if self.said or not module.startswith("influence_gbdt") or os.environ.get("INFLUENCE_GBDT_QUIET"):
             return
         self.said = True
-        why = ("this install has no precompiled kernels for numba "
-               f"{_numba.__version__} / Python {sys.version_info[0]}.{sys.version_info[1]}"
-               if SHIPPED_DIR is None else "a kernel signature the precompiled set lacks")
+        why = NOT_SHIPPED if SHIPPED_DIR is None else "a kernel signature the precompiled set lacks"
         where = f"cached in {CACHE_DIR}" if CACHE_DIR else "not cached: no writable cache directory"
         print(f"influence-gbdt: compiling its kernels for this model ({why}; about 15-60 s once, "
               f"{where}).", file=sys.stderr, flush=True)

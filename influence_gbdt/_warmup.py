@@ -1,9 +1,10 @@
 """Compile every kernel the package runs, for every combination of types it calls them with.
 
 ``python -m influence_gbdt._warmup --ship DIR`` is what a wheel build runs (``setup.py``): it
-compiles the kernels for a portable CPU (``NUMBA_CPU_NAME=generic``, set by the caller) into a
-fresh cache, and moves that cache to ``DIR/<key>`` with a manifest (see :mod:`influence_gbdt._jit`),
-so that an installed wheel compiles nothing at first use. :func:`run` is the workload; the test
+compiles the kernels for a CPU level that runs on most machines (x86-64-v3 where the building
+machine has it, else generic: see :mod:`influence_gbdt._cpu`) into a fresh cache, and moves that
+cache to ``DIR/<key>`` with a manifest (see :mod:`influence_gbdt._jit`), so that an installed
+wheel compiles nothing at first use. :func:`run` is the workload; the test
 suite runs it first and then checks that nothing it does compiles a kernel the workload missed.
 
 The workload builds small synthetic ensembles, one for each leaf rule and combination of rules a
@@ -285,23 +286,31 @@ def run(part: int = 0, parts: int = 1, only: list[str] | None = None) -> None:
         jobs[name]()
 
 
+#: Prints, as JSON, the codegen magic tuple (triple, cpu name, features) numba compiles under.
+_MAGIC = ("import json; from numba.core.registry import cpu_target; "
+          "print(json.dumps(cpu_target.target_context.codegen().magic_tuple()))")
+
+
 def ship(target: str, parts: int = 2, only: list[str] | None = None) -> str:
     """Compile the workload (or the pieces ``only`` names) into fresh caches, ``parts`` processes
-    side by side, merge them into ``target/<key>`` and return that directory. The caller sets
-    ``NUMBA_CPU_NAME=generic`` (portable code); the processes inherit it.
+    side by side, merge them into ``target/<key>`` and return that directory. The kernels are
+    compiled for the CPU level :func:`influence_gbdt._cpu.build_cpu` picks (``NUMBA_CPU_NAME`` and
+    ``NUMBA_CPU_FEATURES`` of the processes are set to it), which the manifest records.
 
-    The whole workload's result is also kept in the user's kernel cache (``portable-<key>`` in
+    The whole workload's result is also kept in the user's kernel cache (``<level>-<key>`` in
     :data:`influence_gbdt._jit.CACHE_DIR`, when there is one), and taken from there when it is
     already: building the same sources again (a reinstall) compiles nothing."""
-    from . import _jit
+    from . import _cpu, _jit
 
     if _jit.SHIPPED_DIR is not None:
         raise RuntimeError("precompiled kernels of this version exist already: nothing to ship")
+    cpu = _cpu.build_cpu()
+    env = {**os.environ, "NUMBA_CPU_NAME": cpu, "NUMBA_CPU_FEATURES": "", "INFLUENCE_GBDT_QUIET": "1"}
     out = os.path.join(target, _jit.shipped_key())
     shutil.rmtree(out, ignore_errors=True)
     kept = None
     if not only and _jit.CACHE_DIR is not None:
-        kept = os.path.join(_jit.CACHE_DIR, f"portable-{_jit.shipped_key()}")
+        kept = os.path.join(_jit.CACHE_DIR, f"{cpu}-{_jit.shipped_key()}")
     if kept is not None and os.path.isfile(os.path.join(kept, "manifest.json")):
         shutil.copytree(kept, out)
         return out
@@ -309,9 +318,7 @@ def ship(target: str, parts: int = 2, only: list[str] | None = None) -> str:
         caches = [os.path.join(scratch, str(i)) for i in range(parts)]
         pieces = ["--only", ",".join(only)] if only else []
         children = [subprocess.Popen([sys.executable, "-m", "influence_gbdt._warmup", "--part", str(i),
-                                      "--parts", str(parts), *pieces],
-                                     env={**os.environ, "NUMBA_CACHE_DIR": cache,
-                                          "INFLUENCE_GBDT_QUIET": "1"})
+                                      "--parts", str(parts), *pieces], env={**env, "NUMBA_CACHE_DIR": cache})
                     for i, cache in enumerate(caches)]
         if any(child.wait() for child in children):
             raise RuntimeError("a warmup process failed (its error is above)")
@@ -319,12 +326,10 @@ def ship(target: str, parts: int = 2, only: list[str] | None = None) -> str:
         for cache in caches:
             if os.path.isdir(os.path.join(cache, _jit.DIGEST)):  # a part may have had nothing to do
                 _merge(os.path.join(cache, _jit.DIGEST), out)
-    from numba.core.registry import cpu_target
-
+    magic = json.loads(subprocess.run([sys.executable, "-c", _MAGIC], env=env, capture_output=True, text=True,
+                                      check=True).stdout)
     with open(os.path.join(out, "manifest.json"), "w") as fh:
-        json.dump({"magic": list(cpu_target.target_context.codegen().magic_tuple()),
-                   "key": _jit.shipped_key()},
-                  fh)
+        json.dump({"magic": magic, "key": _jit.shipped_key()}, fh)
     if kept is not None:  # best effort: a full disk only costs the next build its compile
         try:
             shutil.copytree(out, kept + ".partial", dirs_exist_ok=True)

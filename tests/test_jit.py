@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import json
 import math
 import os
 import platform
@@ -19,7 +20,7 @@ import numba
 import numpy as np
 import pytest
 
-from influence_gbdt import _jit, losses
+from influence_gbdt import _cpu, _jit, losses
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,7 +29,7 @@ _PROBE = textwrap.dedent(
     """
     import numpy as np
     import influence_gbdt
-    from influence_gbdt import _jit, losses
+    from influence_gbdt import _cpu, _jit, losses
     print(_jit.CACHE_DIR)
     print(losses.Loss("logloss").values(np.zeros(3), np.zeros(3)).round(4).tolist())
     """
@@ -172,18 +173,27 @@ _COUNTING_PROBE = textwrap.dedent(
 ) + _PROBE + "print(sum(m.startswith('influence_gbdt') for m in compiled))\n"
 
 
+def _ship_losses(site: Path, cwd: Path, cpu: str | None) -> Path:
+    """What a wheel build does (setup.py) on the package at ``site``, for one small piece of the
+    workload (the losses' kernels), compiled for the CPU level ``cpu`` (None: the build's own
+    choice); returns the package's ``_kernels`` directory."""
+    shipped = site / "influence_gbdt" / "_kernels"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    env.pop("INFLUENCE_GBDT_KERNEL_CPU", None)
+    if cpu is not None:
+        env["INFLUENCE_GBDT_KERNEL_CPU"] = cpu
+    command = [sys.executable, "-m", "influence_gbdt._warmup", "--ship", str(shipped), "--only", "losses"]
+    subprocess.run(command, env={**env, "PYTHONPATH": str(site)}, cwd=cwd, check=True, capture_output=True)
+    return shipped
+
+
 def test_precompiled_kernels_are_read_relocated_read_only_and_compile_nothing(tmp_path: Path) -> None:
     # What a wheel build does (setup.py), on one small piece of the workload: compile for the
-    # portable CPU in fresh caches and merge them into the package's _kernels directory.
+    # generic CPU in fresh caches and merge them into the package's _kernels directory.
     site = _installed_copy(tmp_path / "build")
-    shipped = site / "influence_gbdt" / "_kernels"
-    base = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
-    ship = ["--ship", str(shipped), "--only", "losses"]
-    subprocess.run([sys.executable, "-m", "influence_gbdt._warmup", *ship],
-                   env={**base, "PYTHONPATH": str(site), "NUMBA_CPU_NAME": "generic"}, cwd=tmp_path,
-                   check=True, capture_output=True)
+    shipped = _ship_losses(site, tmp_path, "generic")
     (key,) = [p.name for p in shipped.iterdir()]
-    assert (shipped / key / "manifest.json").is_file()
+    assert json.loads((shipped / key / "manifest.json").read_text())["magic"][1:] == ["generic", ""]
     # Installed elsewhere (relocated) and read-only, with an empty cache that stays empty.
     site = site.rename(tmp_path / "elsewhere")
     for path in [site, *site.rglob("*")]:
@@ -205,6 +215,89 @@ def test_precompiled_kernels_are_read_relocated_read_only_and_compile_nothing(tm
     losses.write_text(losses.read_text() + "\n# changed\n")
     lines = _run(site, {"NUMBA_CACHE_DIR": str(tmp_path / "cache2")}, _COUNTING_PROBE)
     assert int(lines[2]) > 0
+
+
+def test_cpu_levels_name_the_features_a_machine_needs() -> None:
+    v2 = frozenset(_cpu.LEVELS["x86-64-v2"])
+    assert _cpu.missing("generic", frozenset()) == []
+    assert _cpu.missing("x86-64-v3", v2) == ["avx", "avx2", "bmi", "bmi2", "f16c", "fma", "lzcnt", "movbe",
+                                             "xsave"]
+    assert _cpu.missing("x86-64-v3", frozenset(_cpu.LEVELS["x86-64-v4"])) == []
+    assert _cpu.missing("znver4", frozenset(_cpu.LEVELS["x86-64-v4"])) == ["znver4"]  # not a level
+
+
+def test_the_builds_cpu_level_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFLUENCE_GBDT_KERNEL_CPU", "haswell")
+    with pytest.raises(ValueError, match="not a CPU level the build knows; use one of generic, x86-64-v2"):
+        _cpu.build_cpu()
+    monkeypatch.setenv("INFLUENCE_GBDT_KERNEL_CPU", "generic")
+    assert _cpu.build_cpu() == "generic"
+    monkeypatch.delenv("INFLUENCE_GBDT_KERNEL_CPU")
+    on_x86_64 = platform.machine().lower() in ("x86_64", "amd64")
+    assert _cpu.build_cpu() == ("x86-64-v3" if on_x86_64 and not _cpu.missing("x86-64-v3") else "generic")
+
+
+@pytest.mark.skipif(bool(_cpu.missing("x86-64-v3")) or platform.machine().lower() not in ("x86_64", "amd64"),
+                    reason="the x86-64-v3 kernels can only be built and run on a machine with AVX2")
+def test_precompiled_kernels_of_a_cpu_level_run_only_where_the_cpu_has_its_features(tmp_path: Path) -> None:
+    # The build's own choice on this machine: x86-64-v3, recorded in the manifest.
+    site = _installed_copy(tmp_path / "build")
+    shipped = _ship_losses(site, tmp_path, None)
+    (key,) = [p.name for p in shipped.iterdir()]
+    assert json.loads((shipped / key / "manifest.json").read_text())["magic"][1:] == ["x86-64-v3", ""]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_", "INFLUENCE_GBDT_"))}
+    env.update(PYTHONPATH=str(site), NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+
+    def probe(**extra: str) -> tuple[list[str], str]:
+        out = subprocess.run([sys.executable, "-c", _COUNTING_PROBE], capture_output=True, text=True,
+                             cwd=tmp_path, env={**env, **extra})
+        assert out.returncode == 0, out.stderr
+        return out.stdout.split("\n"), out.stderr
+
+    lines, said = probe()
+    assert lines[1] == "[0.6931, 0.6931, 0.6931]" and lines[2] == "0" and said == ""
+    # A CPU without AVX (as numba sees one with NUMBA_ENABLE_AVX=0) never runs them: they compile,
+    # and the one line on stderr says why.
+    lines, said = probe(NUMBA_ENABLE_AVX="0")
+    assert lines[1] == "[0.6931, 0.6931, 0.6931]" and int(lines[2]) > 0
+    assert "precompiled kernels are for x86-64-v3 CPUs, and this one lacks avx, avx2" in said
+
+
+# Scores of a LightGBM and a CatBoost model (several leaf steps a round) for 16 test points, both
+# methods, hashed: the batch loops that run on vectors as wide as the CPU level allows.
+_SCORES_PROBE = textwrap.dedent(
+    """
+    import hashlib
+    import numpy as np
+    from boosters import binary_data, classifier
+    from influence_gbdt import BoostingInfluence
+
+    X, y, X_test, y_test = binary_data(n=300)
+    digest = hashlib.sha256()
+    for library in ("lightgbm", "catboost"):
+        model = classifier(library, X, y)
+        for method in ("leaf_influence", "leaf_refit"):
+            ex = BoostingInfluence(model, method=method, progress=False).fit(X, y)
+            digest.update(np.ascontiguousarray(ex.score_training_points(X_test[:16], y_test[:16])).tobytes())
+    print(digest.hexdigest())
+    """
+)
+
+
+@pytest.mark.skipif(bool(_cpu.missing("x86-64-v3")) or platform.machine().lower() not in ("x86_64", "amd64"),
+                    reason="x86-64-v3 code runs only on a machine with AVX2")
+def test_kernels_compiled_for_generic_and_x86_64_v3_cpus_give_the_same_bits(tmp_path: Path) -> None:
+    # numba fuses no multiply-add: the wider vectors of x86-64-v3 compute the same roundings.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_", "INFLUENCE_GBDT_"))}
+    env.update(PYTHONPATH=str(ROOT / "tests"), INFLUENCE_GBDT_PRECOMPILED="0", INFLUENCE_GBDT_QUIET="1",
+               NUMBA_CPU_FEATURES="")
+    digests = []
+    for cpu in ("generic", "x86-64-v3"):
+        out = subprocess.run([sys.executable, "-c", _SCORES_PROBE], capture_output=True, text=True,
+                             env={**env, "NUMBA_CPU_NAME": cpu, "NUMBA_CACHE_DIR": str(tmp_path / cpu)})
+        assert out.returncode == 0, out.stderr[-2000:]
+        digests.append(out.stdout.strip())
+    assert digests[0] == digests[1]
 
 
 def test_a_kernel_for_kernels_only_refuses_a_call_from_python() -> None:
