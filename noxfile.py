@@ -1,4 +1,5 @@
-"""Developer sessions: ``nox -s tests lint typecheck bench coldstart validation paper label_noise docs``."""
+"""Developer sessions: ``nox -s tests lint typecheck bench coldstart cpu_levels validation paper label_noise
+docs``."""
 
 from __future__ import annotations
 
@@ -45,6 +46,19 @@ def coldstart(session: nox.Session) -> None:
     kernels: installs the package as a wheel (which compiles them, ~1 min on 2 cores) (~3 min)."""
     session.install(".[all]")
     session.run("python", "benchmarks/coldstart.py", *session.posargs)
+
+
+@nox.session
+def cpu_levels(session: nox.Session) -> None:
+    """The engine snapshot (every rule, pass and adapter's models) with the kernels compiled for
+    generic x86-64, then compared bit for bit with them compiled for x86-64-v3, the level a wheel
+    carries where its build machine has AVX2 (influence_gbdt/_cpu.py); needs such a machine
+    (~10 min on 2 cores)."""
+    session.install("-e", ".[all]", "scikit-learn")
+    tmp = session.create_tmp()
+    for action, cpu in (("save", "generic"), ("compare", "x86-64-v3")):
+        env = {"NUMBA_CPU_NAME": cpu, "NUMBA_CPU_FEATURES": "", "NUMBA_CACHE_DIR": f"{tmp}/kernels-{cpu}"}
+        session.run("python", "benchmarks/engine_snapshot.py", action, f"{tmp}/generic.npz", env=env)
 
 
 @nox.session

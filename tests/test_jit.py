@@ -263,8 +263,9 @@ def test_precompiled_kernels_of_a_cpu_level_run_only_where_the_cpu_has_its_featu
     assert "precompiled kernels are for x86-64-v3 CPUs, and this one lacks avx, avx2" in said
 
 
-# Scores of a LightGBM and a CatBoost model (several leaf steps a round) for 16 test points, both
-# methods, hashed: the batch loops that run on vectors as wide as the CPU level allows.
+# Scores of a LightGBM and a CatBoost model (several leaf steps a round) for 16 test points,
+# hashed: the reverse sweep's batch loops, which run on vectors as wide as the CPU level allows.
+# (Every pass and rule under both levels: ``nox -s cpu_levels``, the engine snapshot.)
 _SCORES_PROBE = textwrap.dedent(
     """
     import hashlib
@@ -275,10 +276,8 @@ _SCORES_PROBE = textwrap.dedent(
     X, y, X_test, y_test = binary_data(n=300)
     digest = hashlib.sha256()
     for library in ("lightgbm", "catboost"):
-        model = classifier(library, X, y)
-        for method in ("leaf_influence", "leaf_refit"):
-            ex = BoostingInfluence(model, method=method, progress=False).fit(X, y)
-            digest.update(np.ascontiguousarray(ex.score_training_points(X_test[:16], y_test[:16])).tobytes())
+        ex = BoostingInfluence(classifier(library, X, y), progress=False).fit(X, y)
+        digest.update(np.ascontiguousarray(ex.score_training_points(X_test[:16], y_test[:16])).tobytes())
     print(digest.hexdigest())
     """
 )
