@@ -54,7 +54,7 @@ def cpu_levels(session: nox.Session) -> None:
     generic x86-64, then compared bit for bit with them compiled for x86-64-v3, the level a wheel
     carries where its build machine has AVX2 (influence_gbdt/_cpu.py); needs such a machine
     (~10 min on 2 cores)."""
-    session.install("-e", ".[all]", "scikit-learn")
+    session.install("-e", ".[all,test]", "scikit-learn")  # the snapshot reads the tests' configurations
     tmp = session.create_tmp()
     for action, cpu in (("save", "generic"), ("compare", "x86-64-v3")):
         env = {"NUMBA_CPU_NAME": cpu, "NUMBA_CPU_FEATURES": "", "NUMBA_CACHE_DIR": f"{tmp}/kernels-{cpu}"}
