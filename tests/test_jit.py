@@ -217,6 +217,10 @@ def test_precompiled_kernels_are_read_relocated_read_only_and_compile_nothing(tm
     assert int(lines[2]) > 0
 
 
+#: Whether this machine runs x86-64-v3 code (an x86-64 CPU with AVX2, as numba sees it).
+_RUNS_V3 = platform.machine().lower() in ("x86_64", "amd64") and not _cpu.missing("x86-64-v3")
+
+
 def test_cpu_levels_name_the_features_a_machine_needs() -> None:
     v2 = frozenset(_cpu.LEVELS["x86-64-v2"])
     assert _cpu.missing("generic", frozenset()) == []
@@ -233,12 +237,10 @@ def test_the_builds_cpu_level_is_checked(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("INFLUENCE_GBDT_KERNEL_CPU", "generic")
     assert _cpu.build_cpu() == "generic"
     monkeypatch.delenv("INFLUENCE_GBDT_KERNEL_CPU")
-    on_x86_64 = platform.machine().lower() in ("x86_64", "amd64")
-    assert _cpu.build_cpu() == ("x86-64-v3" if on_x86_64 and not _cpu.missing("x86-64-v3") else "generic")
+    assert _cpu.build_cpu() == ("x86-64-v3" if _RUNS_V3 else "generic")
 
 
-@pytest.mark.skipif(bool(_cpu.missing("x86-64-v3")) or platform.machine().lower() not in ("x86_64", "amd64"),
-                    reason="the x86-64-v3 kernels can only be built and run on a machine with AVX2")
+@pytest.mark.skipif(not _RUNS_V3, reason="the x86-64-v3 kernels can only be built and run with AVX2")
 def test_precompiled_kernels_of_a_cpu_level_run_only_where_the_cpu_has_its_features(tmp_path: Path) -> None:
     # The build's own choice on this machine: x86-64-v3, recorded in the manifest.
     site = _installed_copy(tmp_path / "build")
@@ -283,8 +285,7 @@ _SCORES_PROBE = textwrap.dedent(
 )
 
 
-@pytest.mark.skipif(bool(_cpu.missing("x86-64-v3")) or platform.machine().lower() not in ("x86_64", "amd64"),
-                    reason="x86-64-v3 code runs only on a machine with AVX2")
+@pytest.mark.skipif(not _RUNS_V3, reason="x86-64-v3 code runs only on a machine with AVX2")
 def test_kernels_compiled_for_generic_and_x86_64_v3_cpus_give_the_same_bits(tmp_path: Path) -> None:
     # numba fuses no multiply-add: the wider vectors of x86-64-v3 compute the same roundings.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_", "INFLUENCE_GBDT_"))}
