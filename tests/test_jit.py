@@ -29,7 +29,7 @@ _PROBE = textwrap.dedent(
     """
     import numpy as np
     import influence_gbdt
-    from influence_gbdt import _cpu, _jit, losses
+    from influence_gbdt import _jit, losses
     print(_jit.CACHE_DIR)
     print(losses.Loss("logloss").values(np.zeros(3), np.zeros(3)).round(4).tolist())
     """
@@ -173,13 +173,17 @@ _COUNTING_PROBE = textwrap.dedent(
 ) + _PROBE + "print(sum(m.startswith('influence_gbdt') for m in compiled))\n"
 
 
+def _bare_env() -> dict[str, str]:
+    """This process's environment without numba's and the package's own settings."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_", "INFLUENCE_GBDT_"))}
+
+
 def _ship_losses(site: Path, cwd: Path, cpu: str | None) -> Path:
     """What a wheel build does (setup.py) on the package at ``site``, for one small piece of the
     workload (the losses' kernels), compiled for the CPU level ``cpu`` (None: the build's own
     choice); returns the package's ``_kernels`` directory."""
     shipped = site / "influence_gbdt" / "_kernels"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
-    env.pop("INFLUENCE_GBDT_KERNEL_CPU", None)
+    env = _bare_env()
     if cpu is not None:
         env["INFLUENCE_GBDT_KERNEL_CPU"] = cpu
     command = [sys.executable, "-m", "influence_gbdt._warmup", "--ship", str(shipped), "--only", "losses"]
@@ -247,7 +251,7 @@ def test_precompiled_kernels_of_a_cpu_level_run_only_where_the_cpu_has_its_featu
     shipped = _ship_losses(site, tmp_path, None)
     (key,) = [p.name for p in shipped.iterdir()]
     assert json.loads((shipped / key / "manifest.json").read_text())["magic"][1:] == ["x86-64-v3", ""]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_", "INFLUENCE_GBDT_"))}
+    env = _bare_env()
     env.update(PYTHONPATH=str(site), NUMBA_CACHE_DIR=str(tmp_path / "cache"))
 
     def probe(**extra: str) -> tuple[list[str], str]:
@@ -288,7 +292,7 @@ _SCORES_PROBE = textwrap.dedent(
 @pytest.mark.skipif(not _RUNS_V3, reason="x86-64-v3 code runs only on a machine with AVX2")
 def test_kernels_compiled_for_generic_and_x86_64_v3_cpus_give_the_same_bits(tmp_path: Path) -> None:
     # numba fuses no multiply-add: the wider vectors of x86-64-v3 compute the same roundings.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_", "INFLUENCE_GBDT_"))}
+    env = _bare_env()
     env.update(PYTHONPATH=str(ROOT / "tests"), INFLUENCE_GBDT_PRECOMPILED="0", INFLUENCE_GBDT_QUIET="1",
                NUMBA_CPU_FEATURES="")
     digests = []
