@@ -115,7 +115,9 @@ def _engine(ensemble: Any, rng: np.random.Generator) -> None:
                                              aggregate=aggregate, output=output)
         engine.influence_reverse(test, aggregate=None)
         engine.influence_reverse(test, aggregate="mean")
-    InfluenceEngine(ensemble, cache_bytes=0).influence_reverse(test)
+    uncached = InfluenceEngine(ensemble, cache_bytes=0)  # the sweeps that read margins
+    uncached.influence_reverse(test)
+    uncached.influence_reverse(test, aggregate="mean")
 
 
 def _partitioned(ensemble: Any, rng: np.random.Generator) -> None:

@@ -155,6 +155,32 @@ def test_one_explainer_scored_from_two_threads() -> None:
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
+def test_a_binary_model_and_one_test_point_run_none_of_the_other_models_kernels() -> None:
+    # What the first use of a binary model compiles where the wheel's kernels cannot be used (another
+    # numba, an editable install): its replay without the multi-output code (scratch None), its one
+    # test point without the batch's sweep nor, every step being cached, a loop reading margins (A
+    # None). The kernels Python calls show which versions ran (benchmarks/coldstart.py:
+    # LGBMClassifier() 34.0 -> 20.4 s with these choices).
+    code = textwrap.dedent(
+        """
+        from boosters import binary_data, classifier
+        from influence_gbdt import BoostingInfluence
+        from influence_gbdt.engine import passes, reverse1
+
+        X, y, X_test, y_test = binary_data(n=300)
+        ex = BoostingInfluence(classifier("lightgbm", X, y), progress=False).fit(X, y)
+        assert ex.engine_.cached_steps[0] == ex.engine_.cached_steps[1]
+        ex.score_training_points(X_test[:1], y_test[:1])
+        for kernel in (passes.replay, reverse1.sweep, reverse1.sweep_one):
+            print(kernel.py_func.__name__, [str(sig[-1]) for sig in kernel.signatures])
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[:3] == ["replay ['none']", "sweep []", "sweep_one ['none']"]
+
+
 # Counts the package's kernels this process compiles while it runs the probe.
 _COUNTING_PROBE = textwrap.dedent(
     """

@@ -34,7 +34,8 @@ _internal = numba.njit(cache=True, nogil=True, internal=True)
 @_internal
 def _walk_once(
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, bt: Backtrack, r: int,
-    A: NDArray[np.float64], mean_w: float, work: Work, d: NDArray[np.float64], scratch: NDArray[np.float64],
+    A: NDArray[np.float64], mean_w: float, work: Work, d: NDArray[np.float64],
+    scratch: NDArray[np.float64] | None,
     flips: int,
 ) -> int:
     """AnyImprovement for round ``r``'s one tree from ``work.u = 0``: try each step at scale 1,
@@ -80,7 +81,8 @@ def _walk_once(
 @_internal
 def replay_round(
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, bt: Backtrack, r: int,
-    A: NDArray[np.float64], mean_w: float, work: Work, d: NDArray[np.float64], scratch: NDArray[np.float64],
+    A: NDArray[np.float64], mean_w: float, work: Work, d: NDArray[np.float64],
+    scratch: NDArray[np.float64] | None,
 ) -> None:
     """The booster's accepted steps for round ``r``'s one tree (see :func:`_walk_once`), into
     ``work.u``.

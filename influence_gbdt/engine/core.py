@@ -145,7 +145,8 @@ class InfluenceEngine:
         margin = self._A0.copy()
         n_team = passes.replay_team(self._state, self.n_threads)
         work = passes.replay_work(self._state, n_team)
-        team.run(passes.replay, n_team, *self._state, margin, work, bar=work.bar)
+        scratch = passes.replay_scratch(self._state, n_team)
+        team.run(passes.replay, n_team, *self._state, margin, work, scratch, bar=work.bar)
         self._margin = margin
         self.n_steps: NDArray[np.int64] = self._state.trees.n_steps
         self.step_scales: NDArray[np.float64] = self._state.trees.scales

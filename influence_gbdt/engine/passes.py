@@ -52,12 +52,16 @@ _internal = numba.njit(cache=True, nogil=True, internal=True)
 def replay(
     tid: int, n_team: int, bar: NDArray[np.int64], lay: Layout, trees: Trees, rows: Rows, loss: LossSpec,
     sums: Sums, cache: Cache, joint: Joint | None, renewed: Renewed | None, bt: Backtrack | None,
-    A: NDArray[np.float64], work: Work,
+    A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64] | None,
 ) -> None:
     """Recompute every leaf value from the data and fill the caches in place: thread ``tid``'s
     part of a team of ``n_team`` (:func:`.team.run`; ``bar`` is ``work.bar``, where
     :mod:`.rowjobs` meets). Thread 0 walks the rounds and posts the passes over the rows;
     the others do their share of each.
+
+    ``scratch`` (n_team, 7, max(K, zsize)) holds each thread's scratch rows for a multi-output
+    model; None for a one-output model (:func:`replay_scratch`), which then compiles none of the
+    multi-output code (see :func:`.rowjobs._sums_rows`).
 
     ``A`` (n, K) holds the initial margins on entry and the final ones on return; the recomputed
     leaf values are ``sums.values``. Steps take their recorded scales, except in backtracking trees,
@@ -66,8 +70,7 @@ def replay(
     recomputed at the booster's own margins and a last-bit difference in one tree cannot cascade
     into the next. Joint and renewed rounds run on thread 0 alone (a team of one for such models).
     """
-    n, K = A.shape
-    scratch = np.empty((7, max(K, loss.zsize)))
+    n = A.shape[0]
     if tid > 0:
         serve(tid, lay, trees, rows, loss, sums, cache, bt, A, work, scratch)
         return
@@ -104,6 +107,13 @@ def replay_team(st: State, threads: int) -> int:
     if st.joint is not None or st.renewed is not None:
         return 1
     return max(1, min(int(threads), n_chunks(st.lay.leaf.shape[1])))
+
+
+def replay_scratch(st: State, n_team: int) -> NDArray[np.float64] | None:
+    """The ``scratch`` :func:`replay` of ``st`` takes on a team of ``n_team``: None for a
+    one-output model."""
+    K = st.loss.K
+    return np.empty((n_team, 7, max(K, st.loss.zsize))) if K > 1 else None
 
 
 def replay_work(st: State, n_team: int) -> Work:

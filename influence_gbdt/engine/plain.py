@@ -77,7 +77,7 @@ def replay_steps(
 def replay_round(
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, joint: Joint | None,
     bt: Backtrack | None, r: int, A: NDArray[np.float64], mean_w: float, work: Work, d: NDArray[np.float64],
-    scratch: NDArray[np.float64],
+    scratch: NDArray[np.float64] | None,
 ) -> None:
     """Round ``r``'s steps (the trees of a round take one step each in turn), accumulated into the
     in-tree moves ``work.u`` at the recorded scales; each step's sums by the team

@@ -366,16 +366,20 @@ def _logloss_margins(
 
 @_internal
 def _row_pass_one(
-    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, r: int, every: bool,
-    A: NDArray[np.float64], j0: int, j1: int, GT: NDArray[np.float64], DT: NDArray[np.float64], base: int,
-    aT: NDArray[np.float64], W: NDArray[np.float64], PT: NDArray[np.float64], gather: bool,
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, r: int,
+    A: NDArray[np.float64] | None, j0: int, j1: int, GT: NDArray[np.float64], DT: NDArray[np.float64],
+    base: int, aT: NDArray[np.float64], W: NDArray[np.float64], PT: NDArray[np.float64], gather: bool,
 ) -> None:
     """:func:`_row_pass` (margins and weights) for one objective and a round of one tree (the
     one-output models of the three libraries): the same arithmetic, step by step over the rows
     (each row's steps still in order), each step in a loop short enough for the compiler to keep
     it in registers, log loss's with its arithmetic inlined (measured: 2.5x faster than the
     general loop on one objective with cached derivatives, 1.8x without; a cached step of
-    CatBoost's rounds 3.5 ns per row on one thread by steps, 7.4 ns by rows)."""
+    CatBoost's rounds 3.5 ns per row on one thread by steps, 7.4 ns by rows). ``A`` (n, 1): rows
+    ``j0 .. j1 - 1`` hold the margins leaving round ``r``, and those entering it on return; None
+    where every step is cached, and then numba compiles no loop that reads margins (it drops the
+    branches testing ``A is None`` when the argument is None; given an array it compiles both, so
+    nothing here is ever assigned None)."""
     t0 = lay.round_ptr[r]
     first, qs = _round_steps(lay, trees, cache, r)
     newton = trees.newton[t0]
@@ -385,33 +389,36 @@ def _row_pass_one(
     # thread: 16.2 -> 13.2 ms; the strides had kept the loop's values from fitting in registers).
     n = aT.shape[0]
     y, a_bar, w_bar = rows.y.reshape(n), aT.reshape(n), W.reshape(W.shape[0])
-    A, GT, DT = A.reshape(A.shape[0]), GT.reshape(GT.shape[0]), DT.reshape(DT.shape[0])
+    GT, DT = GT.reshape(GT.shape[0]), DT.reshape(DT.shape[0])
     sums_c = PT.reshape(PT.shape[0], PT.shape[1])
     code, w = loss.code, rows.w
     p4 = params4(loss.prm)  # a call per row given an array would count references to it
     tg = lay.round_ptr[r - 1] if gather else t0  # the next round's tree (its leaves are the round's)
     leaves, nexts = leaf[t0], leaf[tg]
-    if every and qs.shape[0] == 1 and code == LOGLOSS:  # every log loss default of LightGBM and XGBoost
-        # (called here, not from the loop below: measured 1.07x faster)
-        f0 = first[0, 0] - base
-        _kept_logloss(p4, y, w, DER[qs[0]], leaves, nexts, GT[f0:], DT[f0:], newton, a_bar, w_bar, sums_c,
-                      j0, j1, gather)
-        return
-    if not every:  # the margins entering the round, for the steps not cached
+    if A is None:
+        if qs.shape[0] == 1 and code == LOGLOSS:  # every log loss default of LightGBM and XGBoost
+            # (called here, not from the loop below: measured 1.07x faster)
+            f0 = first[0, 0] - base
+            _kept_logloss(p4, y, w, DER[qs[0]], leaves, nexts, GT[f0:], DT[f0:], newton, a_bar, w_bar, sums_c,
+                          j0, j1, gather)
+            return
+    else:  # the margins entering the round, for the steps not cached
+        a_in = A[j0:j1].reshape(j1 - j0)
         stored = sums.stored[lay.leaf_off[t0] : lay.leaf_off[t0 + 1]]
         for j in range(j0, j1):
-            A[j - j0] += -1.0 * stored[leaves[j]]
+            a_in[j - j0] += -1.0 * stored[leaves[j]]
     S = qs.shape[0]
     for s in range(S):
         f, q = first[s, 0], qs[s]
         gt, dt, u, last = GT[f - base :], DT[f - base :], sums.u_before[f:], gather and s == S - 1
         if code != LOGLOSS:
-            _any_step(code, p4, y, w, DER, q, A, u, leaves, nexts, gt, dt, newton, a_bar, w_bar, sums_c, j0,
-                      j1, last)
-        elif q >= 0:
+            _any_step(code, p4, y, w, DER, q, A, u, leaves, nexts, gt, dt, newton, a_bar, w_bar, sums_c,
+                      j0, j1, last)
+        elif A is None or q >= 0:
             _kept_logloss(p4, y, w, DER[q], leaves, nexts, gt, dt, newton, a_bar, w_bar, sums_c, j0, j1, last)
         else:
-            _margin_logloss(p4, y, w, A, u, leaves, nexts, gt, dt, newton, a_bar, w_bar, sums_c, j0, j1, last)
+            _margin_logloss(p4, y, w, a_in, u, leaves, nexts, gt, dt, newton, a_bar, w_bar, sums_c, j0, j1,
+                            last)
 
 
 # One leaf step of a round of one tree, rows ``j0 .. j1 - 1``, in three loops by where the rows'
@@ -489,18 +496,22 @@ def _margin_logloss(
 @_internal
 def _any_step(
     code: int, p4: Params4, y: NDArray[np.float64], w: NDArray[np.float64], DER: NDArray[np.float64], q: int,
-    A: NDArray[np.float64], u: NDArray[np.float64], leaf: NDArray[np.int32], leaf_next: NDArray[np.int32],
-    gt: NDArray[np.float64], dt: NDArray[np.float64], newton: bool, a_bar: NDArray[np.float64],
-    w_bar: NDArray[np.float64], PT: NDArray[np.float64], j0: int, j1: int, gather: bool,
+    A: NDArray[np.float64] | None, u: NDArray[np.float64], leaf: NDArray[np.int32],
+    leaf_next: NDArray[np.int32], gt: NDArray[np.float64], dt: NDArray[np.float64], newton: bool,
+    a_bar: NDArray[np.float64], w_bar: NDArray[np.float64], PT: NDArray[np.float64], j0: int, j1: int,
+    gather: bool,
 ) -> None:
     """Any one-output loss, from the points kept in the cache ``DER``'s slot ``q``, or (-1) at
-    the margins."""
+    the margins ``A`` (n, 1) entering the round (None: every step is cached, see
+    :func:`_row_pass_one`)."""
     y, w, leaf, leaf_next, a_bar = y[j0:j1], w[j0:j1], leaf[j0:j1], leaf_next[j0:j1], a_bar[j0:j1]
+    if A is not None:
+        a_in = A[j0:j1].reshape(j1 - j0)
     for i in range(j1 - j0):
-        if q >= 0:
+        if A is None or q >= 0:
             z0, z1 = kept_point(DER, q, j0 + i)
         else:  # at the row's margin, as plain.row_adjoints computes it
-            z0, z1 = point1(code, p4, A[i] + u[leaf[i] & INDEX])
+            z0, z1 = point1(code, p4, a_in[i] + u[leaf[i] & INDEX])
         g, h, wdg, wdh = step_derivs1(code, p4, y[i], w[i], z0, z1)
         _row_step(i, j0, g, h, wdg, wdh, leaf, leaf_next, gt, dt, newton, a_bar, w_bar, PT, gather)
 
@@ -610,14 +621,9 @@ def sweep(
         if tid == 0:
             _leaf_level(lay, trees, sums, r, n, c_leaf, work, defer)
         barrier(bar, n_team)
-        t0 = lay.round_ptr[r]
-        base = 0 if defer else lay.sl_off[lay.step_ptr[t0]]
-        if B == 1 and lay.round_ptr[r + 1] == t0 + 1:
-            _row_pass_one(lay, trees, rows, loss, sums, cache, r, every, A, j0, j1, work.GT, work.DT, base,
-                          aT, W, PT, r > 0)
-        else:
-            _row_pass(lay, trees, rows, loss, sums, cache, r, every, A, j0, j1, work.GT, work.DT, base, aT,
-                      True, W, not defer, PT, r > 0)
+        base = 0 if defer else lay.sl_off[lay.step_ptr[lay.round_ptr[r]]]
+        _row_pass(lay, trees, rows, loss, sums, cache, r, every, A, j0, j1, work.GT, work.DT, base, aT, True,
+                  W, not defer, PT, r > 0)
         barrier(bar, n_team)
     if tid == 0:
         for j in range(n):
@@ -625,6 +631,38 @@ def sweep(
                 work.a0_bar[b, 0] += aT[j, b]
     if defer:
         _weights_after(lay, trees, rows, loss, sums, cache, j0, j1, work)
+
+
+@numba.njit(cache=True, nogil=True)
+def sweep_one(
+    tid: int, n_team: int, bar: NDArray[np.int64], lay: Layout, trees: Trees, rows: Rows, loss: LossSpec,
+    sums: Sums, cache: Cache, c_leaf: NDArray[np.float64], work: Work, A: NDArray[np.float64] | None,
+) -> None:
+    """:func:`sweep` of one objective through a model whose every round is one tree (every
+    one-output default of the three libraries), by :func:`_row_pass_one`: a kernel of its own,
+    chosen in Python (:func:`reverse`), so that scoring one test point compiles none of the
+    batch's loops, nor any loop reading margins where every step is cached (``A`` None; else
+    ``work.A``) (``benchmarks/coldstart.py``: the first use of ``LGBMClassifier()`` without the
+    wheel's kernels 34.0 -> 28.3 s)."""
+    n = work.w_rows.shape[0]
+    j0, j1 = own_rows(n, tid, n_team)
+    aT, PT = work.aT, work.PT
+    aT[j0:j1] = 0.0
+    work.w_rows[j0:j1] = 0.0
+    W = work.w_rows[j0:j1]
+    R = lay.round_ptr.shape[0] - 1
+    if R > 0 and tid == 0:
+        _start_round(lay, R - 1, c_leaf, PT)
+    for r in range(R - 1, -1, -1):
+        if tid == 0:
+            _leaf_level(lay, trees, sums, r, n, c_leaf, work, False)
+        barrier(bar, n_team)
+        _row_pass_one(lay, trees, rows, loss, sums, cache, r, A, j0, j1, work.GT, work.DT,
+                      lay.sl_off[lay.step_ptr[lay.round_ptr[r]]], aT, W, PT, r > 0)
+        barrier(bar, n_team)
+    if tid == 0:
+        for j in range(n):
+            work.a0_bar[0, 0] += aT[j, 0]
 
 
 def applies(st: State) -> bool:
@@ -638,6 +676,17 @@ def applies(st: State) -> bool:
 #: point a second time; it pays only for wider batches (measured on Adult's LightGBM default, two
 #: threads, best of 9: 3-8 objectives 1.2-1.6x faster in the sweep, 12 faster after it).
 DEFER_ABOVE = 8
+
+
+def _every_step_cached(st: State) -> bool:
+    """Whether the replay cached every leaf step's row derivatives (as
+    :func:`.common.every_step_cached` decides in compiled code)."""
+    lay = st.lay
+    t0 = lay.round_ptr[:-1]
+    steps = st.trees.n_steps[t0]
+    ends = np.cumsum(steps)
+    taken = np.repeat(lay.step_ptr[t0] - (ends - steps), steps) + np.arange(ends[-1] if len(ends) else 0)
+    return bool(np.all(st.cache.der_slot[taken] >= 0))
 
 
 def _weights_in_fours(st: State) -> bool:
@@ -672,10 +721,16 @@ def reverse(
     kept = n_slots if defer else most_slots
     c = _lined((Bp, c_leaf.shape[1]))
     c[:B] = c_leaf
-    work = Work(A=A_final.copy(), aT=_lined((n, Bp), False), w_rows=_lined((n, Bp), False),
-                a0_bar=np.zeros((Bp, 1)), big_w_bar=np.zeros(Bp), PT=_lined((n_chunks(n), most_leaves, Bp)),
-                GT=_lined((kept, Bp), False), DT=_lined((kept, Bp), False), u_bar=np.empty((Bp, most_leaves)),
+    every = _every_step_cached(st)
+    work = Work(A=A_final[:0] if every else A_final.copy(), aT=_lined((n, Bp), False),
+                w_rows=_lined((n, Bp), False), a0_bar=np.zeros((Bp, 1)), big_w_bar=np.zeros(Bp),
+                PT=_lined((n_chunks(n), most_leaves, Bp)), GT=_lined((kept, Bp), False),
+                DT=_lined((kept, Bp), False), u_bar=np.empty((Bp, most_leaves)),
                 g_bar=np.empty((Bp, most_slots)), d_bar=np.empty((Bp, most_slots)))
-    team.run(sweep, max(1, min(int(threads), n_chunks(n))), st.lay, st.trees, st.rows, st.loss, st.sums,
-             st.cache, c, work, defer)
+    n_team = max(1, min(int(threads), n_chunks(n)))
+    groups = (st.lay, st.trees, st.rows, st.loss, st.sums, st.cache)
+    if B == 1 and bool(np.all(np.diff(lay.round_ptr) == 1)):
+        team.run(sweep_one, n_team, *groups, c, work, None if every else work.A)
+    else:
+        team.run(sweep, n_team, *groups, c, work, defer)
     return work.w_rows, work.a0_bar[:B], work.big_w_bar[:B]

@@ -60,10 +60,10 @@ def make_work(n_team: int, n: int, n_groups: int, n_total: int, most_leaves: int
 
 
 @_internal
-def _sums_rows(
+def _sums_rows(  # noqa: C901 -- one loop over the rows; its multi-output branches are decided when numba compiles
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, cache: Cache, r: int, s: int, q: int,
     A: NDArray[np.float64], u: NDArray[np.float64], j0: int, j1: int, P: NDArray[np.float64],
-    scratch: NDArray[np.float64], points: NDArray[np.float64], fill: bool,
+    scratch: NDArray[np.float64] | None, tid: int, points: NDArray[np.float64], fill: bool,
 ) -> None:
     """Step ``s`` of round ``r`` at in-tree moves ``u``, rows ``j0 .. j1 - 1`` (one chunk): their
     sums into the chunk's ``P`` (step-leaf slot - the round's first, 4 + 2 G), zeroed first, and
@@ -71,13 +71,19 @@ def _sums_rows(
     trees with several steps; per-group sums where ``P`` has room for them. If ``fill`` (a
     one-output round), each row's ``exp`` of its margin into ``points`` (n,): the exp-space
     approx the fast objective's tries at these moves read (:func:`.objective.part`), computed
-    with the derivatives (:func:`.point1_exp`)."""
+    with the derivatives (:func:`.point1_exp`). ``scratch[tid]`` (7, max(K, zsize)) holds a row's
+    outputs for a multi-output model. ``scratch`` is None for a one-output model, whose loops keep
+    scalars: numba then compiles none of the multi-output code (it drops the branches that test
+    ``scratch is None`` when the argument is None; given an array it compiles both, so nothing
+    is ever assigned None here)."""
     K = A.shape[1]
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     rs0 = lay.sl_off[lay.step_ptr[t0]]
-    mrow, z, g, h, unit, dg, dh = (scratch[0, :K], scratch[1, : loss.zsize], scratch[2, :K], scratch[3, :K],
-                                   scratch[4, :K], scratch[5, :K], scratch[6, :K])
-    unit[:] = 0.0
+    if scratch is not None:
+        mine = scratch[tid]
+        mrow, z, g, h, unit, dg, dh = (mine[0, :K], mine[1, : loss.zsize], mine[2, :K], mine[3, :K],
+                                       mine[4, :K], mine[5, :K], mine[6, :K])
+        unit[:] = 0.0
     G = (P.shape[1] - 4) // 2
     multi = trees.n_iter[t0] > 1
     # Arrays taken out of their groups once: read from a group inside the loop, each would cost two
@@ -89,13 +95,14 @@ def _sums_rows(
     for t in range(t0, t1):
         first[t - t0] = lay.sl_off[lay.step_ptr[t] + s] - rs0
         P[first[t - t0] : first[t - t0] + leaf_off[t + 1] - leaf_off[t]] = 0.0
-    if K == 1 and t1 == t0 + 1 and G == 0:
-        f = first[0]
-        _sums_rows_one(code, p4, f32, newton[t0], multi, y[:, 0], w, A[:, 0], u[leaf_off[t0] :], leaf[t0],
-                       DER, q, P[f:], j0, j1, points, fill)
-        return
+    if scratch is None:
+        if t1 == t0 + 1 and G == 0:
+            f = first[0]
+            _sums_rows_one(code, p4, f32, newton[t0], multi, y[:, 0], w, A[:, 0], u[leaf_off[t0] :],
+                           leaf[t0], DER, q, P[f:], j0, j1, points, fill)
+            return
     for j in range(j0, j1):
-        if K == 1:  # scalars only: no per-row array views or calls taking arrays
+        if scratch is None:  # scalars only: no per-row array views or calls taking arrays
             m = A[j, 0]
             for t in range(t0, t1):
                 m += u[leaf_off[t] + leaf[t, j]]
@@ -105,7 +112,7 @@ def _sums_rows(
                 z0, z1 = point1(code, p4, m)
             if q >= 0:  # what the reverse sweep needs of this row at this step
                 keep_point(DER, q, j, z0, z1)
-            g[0], h[0], wdg, wdh = step_derivs1(code, p4, y[j, 0], w[j], z0, z1)
+            g0, h0, wdg, wdh = step_derivs1(code, p4, y[j, 0], w[j], z0, z1)
         else:
             row_margin(lay, r, A, j, u, mrow)
             point(code, prm, mrow, z)
@@ -114,14 +121,18 @@ def _sums_rows(
         for t in range(t0, t1):
             c = out[t]
             k = first[t - t0] + leaf[t, j]
-            wg, wh = weighted(code, g[c], h[c], wj, f32)
+            if scratch is None:
+                gc, hc = g0, h0
+            else:
+                gc, hc = g[c], h[c]
+            wg, wh = weighted(code, gc, hc, wj, f32)
             P[k, 0] += wg
             P[k, 1] += wh if newton[t] else wj
             if G > 0:
-                P[k, 4 + grp[j]] += v[j] * g[c]
-                P[k, 4 + G + grp[j]] += v[j] * (h[c] if newton[t] else 1.0)
+                P[k, 4 + grp[j]] += v[j] * gc
+                P[k, 4 + G + grp[j]] += v[j] * (hc if newton[t] else 1.0)
             if multi:  # d/du of the sums, for the steps after this one
-                if K > 1:
+                if scratch is not None:
                     unit[c] = 1.0
                     jvp(code, prm, y[j], z, unit, dg, dh)
                     unit[c] = 0.0
@@ -177,7 +188,7 @@ def fills_points(lay: Layout, bt: Backtrack | None, r: int) -> bool:
 @_internal
 def _do(
     tid: int, lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache,
-    bt: Backtrack | None, A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64],
+    bt: Backtrack | None, A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64] | None,
 ) -> None:
     """Thread ``tid``'s share of the posted job."""
     code, a1, a2, a3 = work.job[0], work.job[1], work.job[2], work.job[3]
@@ -187,7 +198,7 @@ def _do(
         fill = fills_points(lay, bt, a1)
         for c0 in range(j0, j1, CHUNK_ROWS):
             _sums_rows(lay, trees, rows, loss, cache, a1, a2, a3, A, work.u, c0, min(j1, c0 + CHUNK_ROWS),
-                       work.P[c0 // CHUNK_ROWS], scratch, work.point_buf, fill)
+                       work.P[c0 // CHUNK_ROWS], scratch, tid, work.point_buf, fill)
     elif code == ADD:  # round a1's stored leaf values added to the margins
         for t in range(lay.round_ptr[a1], lay.round_ptr[a1 + 1]):
             c = lay.out[t]
@@ -200,16 +211,21 @@ def _do(
         n_p = objective.n_parts(bt, n, -1)
         no_delta = np.empty((0, A.shape[1]))
         no_sel = np.zeros(0, dtype=np.bool_)
+        if scratch is None:
+            mrow = np.empty(1)
+        else:
+            mrow = scratch[tid, 0, : A.shape[1]]
         for p in range(tid * n_p // work.n_team, (tid + 1) * n_p // work.n_team):
             work.parts[p, 0], work.parts[p, 1] = objective.part(
                 lay, rows.y, loss, bt, a1, A, no_delta, no_sel, False, work.u, work.step, work.dl, rows.w, -1,
-                work.order, work.point_buf, scratch[0, : A.shape[1]], objective.FILLED, p)
+                work.order, work.point_buf, mrow, objective.FILLED, p)
 
 
 @_internal
 def _post(
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, bt: Backtrack | None,
-    A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64], code: int, a1: int, a2: int, a3: int,
+    A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64] | None, code: int, a1: int, a2: int,
+    a3: int,
 ) -> None:
     """The driver posts a job, does its own share and waits for the team's."""
     work.job[0], work.job[1], work.job[2], work.job[3] = code, a1, a2, a3
@@ -221,7 +237,7 @@ def _post(
 @_internal
 def serve(
     tid: int, lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache,
-    bt: Backtrack | None, A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64],
+    bt: Backtrack | None, A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64] | None,
 ) -> None:
     """Thread ``tid`` (> 0): do each job the driver posts, until it posts :data:`STOP`."""
     while True:
@@ -242,13 +258,15 @@ def stop(work: Work) -> None:
 @_internal
 def step_sums(
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, joint: Joint | None,
-    bt: Backtrack | None, A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64], r: int, s: int,
+    bt: Backtrack | None, A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64] | None, r: int,
+    s: int,
 ) -> None:
     """Leaf sums of step ``s`` of round ``r`` at in-tree moves ``work.u``, into slot ``s``.
 
     Also the sums' derivatives in ``u`` for trees with several steps, per-group sums when class
     factors move with the weights, and each row's derivatives in the cache where it has a slot.
-    ``scratch`` is (7, max(K, zsize))."""
+    ``scratch`` is (threads, 7, max(K, zsize)), None for a one-output model (see
+    :func:`_sums_rows`)."""
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     q = cache_slot(cache, lay.step_ptr[t0] + s) if A.shape[1] == 1 else -1
     _post(lay, trees, rows, loss, sums, cache, bt, A, work, scratch, SUMS, r, s, q)
@@ -274,7 +292,7 @@ def step_sums(
 @_internal
 def try_objective(
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, bt: Backtrack,
-    A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64], t: int,
+    A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64] | None, t: int,
 ) -> float:
     """The objective backtracking tree ``t`` compares (:func:`.objective.part`) at the moves
     ``work.u`` plus the try ``work.step``, no row deleted; the exp-space approx at ``work.u`` is
@@ -287,7 +305,7 @@ def try_objective(
 @_internal
 def add_round(
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, bt: Backtrack | None,
-    A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64], r: int,
+    A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64] | None, r: int,
 ) -> None:
     """Move every row's margins ``A`` past round ``r`` by its stored leaf values."""
     _post(lay, trees, rows, loss, sums, cache, bt, A, work, scratch, ADD, r, 0, 0)
