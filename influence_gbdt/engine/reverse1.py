@@ -59,7 +59,7 @@ KEPT_BYTES = 256e6
 class Work(NamedTuple):
     """The sweep's arrays, shared by the threads of its team (B objectives, n rows)."""
 
-    A: NDArray[np.float64]  # (n, 1) margins entering the current round (when a step is not cached)
+    A: NDArray[np.float64]  # (n, 1) margins entering the current round; (0, 1) if every step is cached
     aT: NDArray[np.float64]  # (n, B) each row's margin adjoints
     w_rows: NDArray[np.float64]  # (n, B) each row's weight adjoints: the result
     a0_bar: NDArray[np.float64]  # (B, 1) the initial margin's adjoint, summed over rows: the result
@@ -642,8 +642,9 @@ def sweep_one(
     one-output default of the three libraries), by :func:`_row_pass_one`: a kernel of its own,
     chosen in Python (:func:`reverse`), so that scoring one test point compiles none of the
     batch's loops, nor any loop reading margins where every step is cached (``A`` None; else
-    ``work.A``) (``benchmarks/coldstart.py``: the first use of ``LGBMClassifier()`` without the
-    wheel's kernels 34.0 -> 28.3 s)."""
+    ``work.A``). Measured with ``benchmarks/coldstart.py``, the first use of ``LGBMClassifier()``
+    without the wheel's kernels: 34.0 -> 28.3 s for this kernel alone, 20.0 s with the replay's
+    one-output choice (:func:`.passes.replay_scratch`)."""
     n = work.w_rows.shape[0]
     j0, j1 = own_rows(n, tid, n_team)
     aT, PT = work.aT, work.PT
