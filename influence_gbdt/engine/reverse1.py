@@ -43,7 +43,7 @@ from numpy.typing import NDArray
 from .. import _jit as numba
 from ..losses import LOGLOSS, Params4, params4, point1, step_derivs1, step_logloss, step_logloss_at
 from . import team
-from .common import every_step_cached, kept_point, per_row
+from .common import kept_point, per_row
 from .indexing import INDEX
 from .plain import leaf_adjoints
 from .state import Cache, Layout, LossSpec, Rows, State, Sums, Trees, largest_round
@@ -600,15 +600,15 @@ def _logloss_weights4(
 @numba.njit(cache=True, nogil=True)
 def sweep(
     tid: int, n_team: int, bar: NDArray[np.int64], lay: Layout, trees: Trees, rows: Rows, loss: LossSpec,
-    sums: Sums, cache: Cache, c_leaf: NDArray[np.float64], work: Work, defer: bool,
+    sums: Sums, cache: Cache, c_leaf: NDArray[np.float64], work: Work, defer: bool, every: bool,
 ) -> None:
     """Thread ``tid``'s part of the sweep of a team of ``n_team`` (see :mod:`.team`): the rows of
     its chunks; thread 0 also the leaf level of every round and ``work.a0_bar``. Fills
     ``work.w_rows``, ``work.a0_bar``, ``work.big_w_bar`` (see :func:`reverse`); the weight
-    adjoints after the sweep if ``defer``, else in it."""
+    adjoints after the sweep if ``defer``, else in it. ``every``: whether every step is cached
+    (:func:`_every_step_cached`; then ``work.A`` is empty and never read)."""
     n, B = work.w_rows.shape
     R = lay.round_ptr.shape[0] - 1
-    every = every_step_cached(lay, trees, cache)
     j0, j1 = own_rows(n, tid, n_team)
     aT, PT = work.aT, work.PT
     aT[j0:j1] = 0.0  # (each thread its own rows: not one thread for all)
@@ -680,8 +680,8 @@ DEFER_ABOVE = 8
 
 
 def _every_step_cached(st: State) -> bool:
-    """Whether the replay cached every leaf step's row derivatives (as
-    :func:`.common.every_step_cached` decides in compiled code)."""
+    """Whether the replay cached every leaf step's row derivatives (:func:`.common.every_step_cached`
+    for Python: :func:`reverse` decides it once for both sweeps)."""
     lay = st.lay
     t0 = lay.round_ptr[:-1]
     steps = st.trees.n_steps[t0]
@@ -733,5 +733,5 @@ def reverse(
     if B == 1 and bool(np.all(np.diff(lay.round_ptr) == 1)):
         team.run(sweep_one, n_team, *groups, c, work, None if every else work.A)
     else:
-        team.run(sweep, n_team, *groups, c, work, defer)
+        team.run(sweep, n_team, *groups, c, work, defer, every)
     return work.w_rows, work.a0_bar[:B], work.big_w_bar[:B]
