@@ -4,8 +4,9 @@
 compiles the kernels for a CPU level that runs on most machines (x86-64-v3 where the building
 machine has it, else generic: see :mod:`influence_gbdt._cpu`) into a fresh cache, and moves that
 cache to ``DIR/<key>`` with a manifest (see :mod:`influence_gbdt._jit`), so that an installed
-wheel compiles nothing at first use. :func:`run` is the workload; the test
-suite runs it first and then checks that nothing it does compiles a kernel the workload missed.
+wheel compiles nothing at first use. :func:`run` is the workload; the test suite runs it first
+(compiled by :func:`compile_into` on two cores, as the build does) and then checks that nothing it
+does compiles a kernel the workload missed.
 
 The workload builds small synthetic ensembles, one for each leaf rule and combination of rules a
 model can have (plain Newton or gradient steps, several steps, rounds of several outputs, joint
@@ -265,7 +266,8 @@ def _configured(name: str) -> None:
 def _jobs() -> dict[str, Callable[[], None]]:
     """The workload's pieces by name; each builds its own data, so that a process compiles only
     the pieces it runs. In this order every other piece makes two about equal shares of compile
-    time (measured: 53 and 65 s, one process on each of two cores)."""
+    time (measured: 175 and 217 s, one process on each of two cores; a piece costs less in a
+    process that has compiled the kernels it shares with another)."""
     rng = np.random.default_rng(0)
     jobs: dict[str, Callable[[], None]] = {name: partial(_configured, name) for name in (
         "plain", "joint_softmax", "renewed_quantile", "backtracking_fast")}
@@ -293,11 +295,57 @@ _MAGIC = ("import json; from numba.core.registry import cpu_target; "
           "print(json.dumps(cpu_target.target_context.codegen().magic_tuple()))")
 
 
-def ship(target: str, parts: int = 2, only: list[str] | None = None) -> str:
-    """Compile the workload (or the pieces ``only`` names) into fresh caches, ``parts`` processes
-    side by side, merge them into ``target/<key>`` and return that directory. The kernels are
-    compiled for the CPU level :func:`influence_gbdt._cpu.build_cpu` picks (``NUMBA_CPU_NAME`` and
-    ``NUMBA_CPU_FEATURES`` of the processes are set to it), which the manifest records.
+def processes() -> int:
+    """How many processes compile the workload side by side: one per core, up to 2 (its two about
+    equal shares, :func:`run`)."""
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def signatures() -> set[tuple[str, str]]:
+    """(module.function, signature) of every overload the package's kernels hold in this process
+    (compiled in it, or read from a cache: see ``tests/conftest.py``)."""
+    from . import _jit
+
+    return {(f"{k.py_func.__module__}.{k.py_func.__qualname__}", str(sig))
+            for k in _jit.KERNELS for sig in k.overloads}
+
+
+def compile_into(out: str, env: dict[str, str] | None = None,
+                 only: list[str] | None = None) -> set[tuple[str, str]]:
+    """Compile the workload (or the pieces ``only`` names) in :func:`processes` processes side by
+    side, each its share (:func:`run`) into a fresh cache of its own, and add their kernels to the
+    kernel cache directory ``out`` (created if need be; what it holds is kept). ``env``: the
+    processes' environment (default: this one's). Returns the :func:`signatures` the processes
+    compiled."""
+    from . import _jit
+
+    env = {**(os.environ if env is None else env), "INFLUENCE_GBDT_QUIET": "1"}
+    parts = processes()
+    pieces = ["--only", ",".join(only)] if only else []
+    compiled: set[tuple[str, str]] = set()
+    with tempfile.TemporaryDirectory() as scratch:
+        folders = [os.path.join(scratch, str(i)) for i in range(parts)]
+        commands = [[sys.executable, "-m", "influence_gbdt._warmup", "--part", str(i), "--parts", str(parts),
+                     "--signatures", os.path.join(folder, "signatures.json"), *pieces]
+                    for i, folder in enumerate(folders)]
+        children = [subprocess.Popen(command, env={**env, "NUMBA_CACHE_DIR": folder})
+                    for command, folder in zip(commands, folders, strict=True)]
+        if any([child.wait() for child in children]):  # a list: wait for every process
+            raise RuntimeError("a warmup process failed (its error is above)")
+        os.makedirs(out, exist_ok=True)
+        for folder in folders:
+            with open(os.path.join(folder, "signatures.json")) as fh:
+                compiled |= {(name, sig) for name, sig in json.load(fh)}
+            if os.path.isdir(os.path.join(folder, _jit.DIGEST)):  # a share may have had nothing to do
+                _merge(os.path.join(folder, _jit.DIGEST), out)
+    return compiled
+
+
+def ship(target: str, only: list[str] | None = None) -> str:
+    """Compile the workload (or the pieces ``only`` names) into ``target/<key>`` (see
+    :func:`compile_into`) and return that directory. The kernels are compiled for the CPU level
+    :func:`influence_gbdt._cpu.build_cpu` picks (``NUMBA_CPU_NAME`` and ``NUMBA_CPU_FEATURES`` of
+    the processes are set to it), which the manifest records.
 
     The whole workload's result is also kept in the user's kernel cache (``<level>-<key>`` in
     :data:`influence_gbdt._jit.CACHE_DIR`, when there is one), and taken from there when it is
@@ -307,7 +355,7 @@ def ship(target: str, parts: int = 2, only: list[str] | None = None) -> str:
     if _jit.SHIPPED_DIR is not None:
         raise RuntimeError("precompiled kernels of this version exist already: nothing to ship")
     cpu = _cpu.build_cpu()
-    env = {**os.environ, "NUMBA_CPU_NAME": cpu, "NUMBA_CPU_FEATURES": "", "INFLUENCE_GBDT_QUIET": "1"}
+    env = {**os.environ, "NUMBA_CPU_NAME": cpu, "NUMBA_CPU_FEATURES": ""}
     out = os.path.join(target, _jit.shipped_key())
     shutil.rmtree(out, ignore_errors=True)
     kept = None
@@ -316,18 +364,7 @@ def ship(target: str, parts: int = 2, only: list[str] | None = None) -> str:
     if kept is not None and os.path.isfile(os.path.join(kept, "manifest.json")):
         shutil.copytree(kept, out)
         return out
-    with tempfile.TemporaryDirectory() as scratch:
-        caches = [os.path.join(scratch, str(i)) for i in range(parts)]
-        pieces = ["--only", ",".join(only)] if only else []
-        children = [subprocess.Popen([sys.executable, "-m", "influence_gbdt._warmup", "--part", str(i),
-                                      "--parts", str(parts), *pieces], env={**env, "NUMBA_CACHE_DIR": cache})
-                    for i, cache in enumerate(caches)]
-        if any(child.wait() for child in children):
-            raise RuntimeError("a warmup process failed (its error is above)")
-        os.makedirs(out)
-        for cache in caches:
-            if os.path.isdir(os.path.join(cache, _jit.DIGEST)):  # a part may have had nothing to do
-                _merge(os.path.join(cache, _jit.DIGEST), out)
+    compile_into(out, env, only)
     magic = json.loads(subprocess.run([sys.executable, "-c", _MAGIC], env=env, capture_output=True, text=True,
                                       check=True).stdout)
     with open(os.path.join(out, "manifest.json"), "w") as fh:
@@ -376,15 +413,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="compile into fresh caches and merge them into DIR/<key>")
     parser.add_argument("--part", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--parts", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--signatures", help=argparse.SUPPRESS)  # where to write them (JSON)
     parser.add_argument("--only", help="comma-separated pieces of the workload (default: all)")
     args = parser.parse_args(argv)
     only = args.only.split(",") if args.only else None
     start = time.perf_counter()
     if args.ship:
-        out = ship(args.ship, parts=max(1, min(2, os.cpu_count() or 1)), only=only)
+        out = ship(args.ship, only=only)
         print(f"influence-gbdt: precompiled kernels in {out} ({time.perf_counter() - start:.0f} s)")
     else:
         run(args.part, args.parts, only)
+        if args.signatures:
+            os.makedirs(os.path.dirname(os.path.abspath(args.signatures)), exist_ok=True)
+            with open(args.signatures, "w") as fh:
+                json.dump(sorted(signatures()), fh)
         print(f"influence-gbdt: kernels ready ({time.perf_counter() - start:.1f} s)")
     return 0
 

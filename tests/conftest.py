@@ -18,7 +18,10 @@ compile registers them as well, and so does a wheel's build. The check therefore
 kernel cache (``influence-gbdt-suite`` beside the usual one), whose first whole-suite run of a
 version of the sources compiles the workload and writes its signatures to ``warmup.json`` there;
 later runs read the kernels from that cache and the signatures from that file, so the check does
-not depend on what an earlier run or a demo left in a cache.
+not depend on what an earlier run or a demo left in a cache. Where there are two cores, that first
+run compiles the workload as a wheel's build does, in two processes side by side, each into an
+empty cache (:func:`influence_gbdt._warmup.compile_into`, which returns their signatures), and the
+suite's own run of the workload reads the kernels they compiled.
 
 ``INFLUENCE_GBDT_CHECK_COMPILES=0`` turns the check off; ``=1`` turns it on for any selection.
 """
@@ -40,10 +43,9 @@ _CHECK: dict[str, Any] = {}
 
 def _signatures() -> set[tuple[str, str]]:
     """(module.function, signature) of every overload the package's kernels hold in this process."""
-    from influence_gbdt import _jit
+    from influence_gbdt import _warmup
 
-    return {(f"{k.py_func.__module__}.{k.py_func.__qualname__}", str(sig))
-            for k in _jit.KERNELS for sig in k.overloads}
+    return _warmup.signatures()
 
 
 def _whole_suite(config: pytest.Config) -> bool:
@@ -86,12 +88,16 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     if not session.items or not _whole_suite(session.config):
         return
-    from influence_gbdt import _warmup
+    from influence_gbdt import _jit, _warmup
 
     start = time.perf_counter()
-    _warmup.run()
-    seen = _signatures()
     record = _CHECK.get("record")
+    seen: set[tuple[str, str]] = set()
+    if record and not os.path.exists(record) and _jit.CACHE_DIR and _warmup.processes() > 1:
+        # compiled on every core into the suite's cache, which run() below then reads
+        seen = _warmup.compile_into(_jit.CACHE_DIR)
+    _warmup.run()
+    seen |= _signatures()
     if record and os.path.exists(record):
         with open(record) as fh:
             seen |= {tuple(pair) for pair in json.load(fh)}
