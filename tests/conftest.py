@@ -94,7 +94,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     record = _CHECK.get("record")
     seen: set[tuple[str, str]] = set()
     if record and not os.path.exists(record) and _jit.CACHE_DIR and _warmup.processes() > 1:
-        # compiled on every core into the suite's cache, which run() below then reads
+        # compiled in two processes side by side into the suite's cache, which run() below reads
         seen = _warmup.compile_into(_jit.CACHE_DIR)
     _warmup.run()
     seen |= _signatures()
