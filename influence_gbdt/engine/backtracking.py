@@ -26,7 +26,6 @@ from .state import Backtrack, Cache, Layout, LossSpec, Rows, Sums, Trees
 #: Most ways of deciding a tree's near-ties the replay tries (see :func:`replay_round`).
 _MAX_TIE_PATHS = 4096
 
-_jit = numba.njit(cache=True, nogil=True)
 #: Functions only compiled code calls: no Python wrapper to compile (see ``_jit.njit``).
 _internal = numba.njit(cache=True, nogil=True, internal=True)
 
@@ -135,14 +134,12 @@ def refit_round(
     refit_round_steps(lay, trees, r, Gs, Hs, mean_w, d)
     step[rl0:rl1] = 0.0
     current = try_refit_objective(jobs, lay, trees, rows, loss, sums, bt, t0, every, i0, take)
-    if take == objective.FRESH:  # computed at the positions by that try; moved by accepted steps only
-        take = objective.AT_POSITIONS
+    take = objective.after_try(take)
     for it in range(trees.n_iter[t0]):
         for gl in range(rl0, rl1):
             step[gl] = scale * d[gl - rl0]
         trial = try_refit_objective(jobs, lay, trees, rows, loss, sums, bt, t0, every, i0, take)
-        if take == objective.FRESH:
-            take = objective.AT_POSITIONS
+        take = objective.after_try(take)
         if trial < current:
             for gl in range(rl0, rl1):
                 u[gl] += step[gl]

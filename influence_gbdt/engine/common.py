@@ -214,17 +214,6 @@ def round_sizes(lay: Layout) -> tuple[int, int]:
 
 
 @_internal
-def every_step_cached(lay: Layout, trees: Trees, cache: Cache) -> bool:
-    """Whether the derivative cache holds every leaf step the replay took."""
-    for r in range(lay.round_ptr.shape[0] - 1):
-        t0 = lay.round_ptr[r]
-        for s in range(trees.n_steps[t0]):
-            if cache.der_slot[lay.step_ptr[t0] + s] < 0:
-                return False
-    return True
-
-
-@_internal
 def clear_sums(sums: Sums, joint: Joint | None, o: int, L: int) -> None:
     """Zero the leaf-sum caches of step-leaf slots ``o .. o + L - 1``: ``G``, ``H``, their
     derivatives, and the per-group and full-hessian sums where the model has them."""

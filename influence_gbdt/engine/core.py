@@ -42,7 +42,7 @@ from . import passes, reverse1, team
 from .base import BaseMargin, products
 from .common import ALL, NONE, TOPK, leaf_sums
 from .scores import scores_into
-from .state import State, build_state, derivative_cache_slots, sorted_rows
+from .state import State, build_state, derivative_cache_slots, every_step_cached, sorted_rows
 
 UpdateSet = Literal["all_points", "single_point", "top_k_leaves"]
 _Result = TypeVar("_Result")
@@ -613,7 +613,7 @@ class InfluenceEngine:
         else:
             w_bar, a0_bar, big_w_bar = passes.reverse(st.lay, st.trees, st.rows, st.loss, st.sums, st.cache,
                                                       st.joint, st.renewed, self._margin,
-                                                      np.ascontiguousarray(c_leaf))
+                                                      np.ascontiguousarray(c_leaf), every_step_cached(st))
             w_rows = np.ascontiguousarray(w_bar.T)
         scores_into(out, col0, rows, w_rows, big_w_bar, a0_bar + coef_sum, d_base, e.weight_factor, team)
         if self._dfac is not None:

@@ -27,7 +27,6 @@ from .common import add_hessian_row, clear_sums, l2_term, per_row
 from .plain import refit_round_sums
 from .state import Joint, Layout, LossSpec, Rows, Sums, Trees
 
-_jit = numba.njit(cache=True, nogil=True)
 #: Functions only compiled code calls: no Python wrapper to compile (see ``_jit.njit``).
 _internal = numba.njit(cache=True, nogil=True, internal=True)
 _per_row = per_row

@@ -17,6 +17,7 @@ from numpy.typing import NDArray
 
 from .. import _jit as numba
 from ..losses import value as loss_value
+from .common import per_row
 from .fastobj import (
     SumOrder,
     block_bounds,
@@ -36,6 +37,13 @@ _internal = numba.njit(cache=True, nogil=True, internal=True)
 #: their positions (``SumOrder.pt``, where an earlier try or the team computed it), in array order
 #: where the leaf sums computed it, or not yet (the try computes it at the positions).
 AT_POSITIONS, FILLED, FRESH = 0, 1, 2
+
+
+@per_row
+def after_try(take: int) -> int:
+    """The ``take`` of the next try of the same step after a try given ``take``: one that computed
+    the approx (:data:`FRESH`) left it at the rows' positions, which only an accepted step moves."""
+    return AT_POSITIONS if take == FRESH else take
 
 
 @_internal

@@ -31,7 +31,7 @@ from .. import _jit as numba
 from . import backtracking, plain, pointjobs
 from . import joint as joint_rule
 from . import renewed as renewed_rule
-from .common import NONE, add_round, advance_row, every_step_cached, per_row, round_sizes
+from .common import NONE, add_round, advance_row, per_row, round_sizes
 from .fastobj import fill_sum_order
 from .pointjobs import FORWARD, KEEP, REFIT, PointWork, advance, leaf_shares1, make_point_work, share_sums
 from .rowjobs import Work, make_work, serve, stop
@@ -134,7 +134,7 @@ def replay_work(st: State, n_team: int) -> Work:
 @_jit
 def reverse(
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, joint: Joint | None,
-    renewed: Renewed | None, A_final: NDArray[np.float64], c_leaf: NDArray[np.float64],
+    renewed: Renewed | None, A_final: NDArray[np.float64], c_leaf: NDArray[np.float64], every: bool,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
     """Vector-Jacobian products of ``B`` objectives through the whole ensemble.
 
@@ -142,6 +142,8 @@ def reverse(
     ----------
     A_final : (n, K) the replay's final training margins.
     c_leaf : (B, n_total) d objective / d leaf value coming from the test side.
+    every : whether the cache holds every leaf step's derivatives
+        (:func:`.state.every_step_cached`); then the margins are never rebuilt.
 
     Returns
     -------
@@ -159,7 +161,6 @@ def reverse(
     u_bar = np.empty((B, most_leaves))
     g_bar = np.empty((B, most_slots))
     d_bar = np.empty((B, most_slots))
-    every = every_step_cached(lay, trees, cache)  # then the margins are never needed
     for r in range(lay.round_ptr.shape[0] - 2, -1, -1):
         t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
         rl0 = lay.leaf_off[t0]

@@ -44,7 +44,6 @@ from .pointjobs import PointWork, add_row_share1, leaf_sums1, resum_leaves, tree
 from .rowjobs import Work, step_sums
 from .state import Backtrack, Cache, Joint, Layout, LossSpec, Rows, Sums, Trees
 
-_jit = numba.njit(cache=True, nogil=True)
 #: Functions only compiled code calls: no Python wrapper to compile (see ``_jit.njit``).
 _internal = numba.njit(cache=True, nogil=True, internal=True)
 

@@ -16,7 +16,6 @@ from .. import _jit as numba
 from .quantile import QUANTILE_CATBOOST, quantile, residual
 from .state import Layout, Renewed, Rows, Sums, Trees
 
-_jit = numba.njit(cache=True, nogil=True)
 #: Functions only compiled code calls: no Python wrapper to compile (see ``_jit.njit``).
 _internal = numba.njit(cache=True, nogil=True, internal=True)
 

@@ -46,7 +46,7 @@ from . import team
 from .common import kept_point, per_row
 from .indexing import INDEX
 from .plain import leaf_adjoints
-from .state import Cache, Layout, LossSpec, Rows, State, Sums, Trees, largest_round
+from .state import Cache, Layout, LossSpec, Rows, State, Sums, Trees, every_step_cached, largest_round
 from .team import CHUNK_ROWS, barrier, n_chunks, own_rows
 
 _internal = numba.njit(cache=True, nogil=True, internal=True)
@@ -606,7 +606,7 @@ def sweep(
     its chunks; thread 0 also the leaf level of every round and ``work.a0_bar``. Fills
     ``work.w_rows``, ``work.a0_bar``, ``work.big_w_bar`` (see :func:`reverse`); the weight
     adjoints after the sweep if ``defer``, else in it. ``every``: whether every step is cached
-    (:func:`_every_step_cached`; then ``work.A`` is empty and never read)."""
+    (:func:`.state.every_step_cached`; then ``work.A`` is empty and never read)."""
     n, B = work.w_rows.shape
     R = lay.round_ptr.shape[0] - 1
     j0, j1 = own_rows(n, tid, n_team)
@@ -679,17 +679,6 @@ def applies(st: State) -> bool:
 DEFER_ABOVE = 8
 
 
-def _every_step_cached(st: State) -> bool:
-    """Whether the replay cached every leaf step's row derivatives (:func:`.common.every_step_cached`
-    for Python: :func:`reverse` decides it once for both sweeps)."""
-    lay = st.lay
-    t0 = lay.round_ptr[:-1]
-    steps = st.trees.n_steps[t0]
-    ends = np.cumsum(steps)
-    taken = np.repeat(lay.step_ptr[t0] - (ends - steps), steps) + np.arange(ends[-1] if len(ends) else 0)
-    return bool(np.all(st.cache.der_slot[taken] >= 0))
-
-
 def _weights_in_fours(st: State) -> bool:
     """Whether the pass after the sweep sums every round's weight adjoints four rounds at a time
     (:func:`_logloss_weights4`): every round one log-loss tree taking one Newton step, all cached
@@ -722,7 +711,7 @@ def reverse(
     kept = n_slots if defer else most_slots
     c = _lined((Bp, c_leaf.shape[1]))
     c[:B] = c_leaf
-    every = _every_step_cached(st)
+    every = every_step_cached(st)
     work = Work(A=A_final[:0] if every else A_final.copy(), aT=_lined((n, Bp), False),
                 w_rows=_lined((n, Bp), False), a0_bar=np.zeros((Bp, 1)), big_w_bar=np.zeros(Bp),
                 PT=_lined((n_chunks(n), most_leaves, Bp)), GT=_lined((kept, Bp), False),

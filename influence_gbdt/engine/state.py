@@ -183,6 +183,19 @@ def largest_round(lay: Layout) -> tuple[int, int]:
     return int(leaves.max(initial=0)), int(slots.max(initial=0))
 
 
+def every_step_cached(st: State) -> bool:
+    """Whether the replay cached every leaf step's row derivatives (each round's steps: a round's
+    trees step together, so its first tree's slots stand for it). The reverse sweeps then never
+    rebuild the margins entering a round: both take this answer (:func:`.passes.reverse` as its
+    ``every``, :func:`.reverse1.reverse`)."""
+    lay = st.lay
+    t0 = lay.round_ptr[:-1]
+    steps = st.trees.n_steps[t0]
+    ends = np.cumsum(steps)
+    taken = np.repeat(lay.step_ptr[t0] - (ends - steps), steps) + np.arange(ends[-1] if len(ends) else 0)
+    return bool(np.all(st.cache.der_slot[taken] >= 0))
+
+
 def derivative_cache_slots(e: TreeEnsemble, cache_bytes: float) -> int:
     """How many leaf steps' derivatives of ``e`` the cache holds within ``cache_bytes`` (0 when
     :func:`cache_eligible` is False). A round's trees step together (one slot per round and step);
