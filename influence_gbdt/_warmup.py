@@ -76,6 +76,8 @@ CONFIGURATIONS: dict[str, tuple[str, int, dict[str, Any]]] = {
     "gradient_steps": ("squared_error", 1, dict(newton=False, n_steps=3, step_scales=[1.0, 0.5, 1.0],
                                                 l2_per_mean_weight=1.0, base_rule="mean")),
     "softmax": ("softmax", 3, dict(base_rule="mean")),
+    # the general reverse sweep of several outputs (softmax's plain rounds sweep in reverse_softmax)
+    "one_vs_all": ("one_vs_all", 3, dict(base_rule="mean")),
     "joint_softmax": ("softmax", 3, dict(full_hessian=True, l2_per_mean_weight=1.0, float32_l2=True,
                                          **_factors(3))),
     "renewed_quantile": ("quantile", 1, dict(renewed=True, quantile_method="lightgbm",
@@ -267,11 +269,12 @@ def _configured(name: str) -> None:
 #: processes). A process compiles each kernel signature once for all its pieces, and pieces whose
 #: state has the same types reach the same signatures: the one-output pieces without renewed or
 #: joint rounds (plain, gradient steps, the partitioned halves) and the two backtracking ones stay
-#: in the first share, the multi-output ones (softmax, joint softmax) in the other. (Measured: the
-#: two processes compiled 111 of the 223 signatures both before this grouping, 78 with it.)
+#: in the first share, the multi-output ones (softmax, joint softmax, one-vs-all) in the other.
+#: (Measured: the two processes compiled 111 of the 223 signatures both before this grouping, 78
+#: with it.)
 ORDER = ("plain", "joint_softmax", "backtracking_fast", "renewed_quantile", "gradient_steps", "softmax",
          "partitioned", "losses", "backtracking_exact", "base_margins", "catboost_stream", "stored_ctrs",
-         "tweak", "xgboost_walk")
+         "tweak", "one_vs_all", "xgboost_walk")
 
 
 def _jobs() -> dict[str, Callable[[], None]]:

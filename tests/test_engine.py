@@ -19,7 +19,7 @@ from engine_reference import Spec, balanced_counts, balanced_weights, loss_value
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from influence_gbdt.engine import InfluenceEngine, TestPoints, passes, resolve_rows, reverse1
+from influence_gbdt.engine import InfluenceEngine, TestPoints, passes, resolve_rows, reverse1, reverse_softmax
 from influence_gbdt.engine.common import ALL
 from influence_gbdt.engine.core import _team_batches
 from influence_gbdt.engine.leafrows import leaf_rows
@@ -90,6 +90,9 @@ CONFIGS = {
 }
 ROWS = np.arange(0, 60, 5)
 K1 = [name for name, config in CONFIGS.items() if config.get("K", 1) == 1]
+#: The multi-output models a team sweeps (``engine.reverse_softmax``): softmax with plain rounds.
+SOFTMAX_PLAIN = [name for name, config in CONFIGS.items()
+                 if config.get("loss") == "softmax" and not config.get("joint")]
 
 
 def _rel(a: np.ndarray, b: np.ndarray) -> float:
@@ -215,7 +218,8 @@ def test_the_derivative_cache_changes_no_score(name: str) -> None:
 
 
 @pytest.mark.parametrize(("name", "n"), [(name, 60) for name in CONFIGS] + [
-    (name, 3 * CHUNK_ROWS + 123) for name in K1  # the models a team sweeps (class factors: small n only)
+    (name, 3 * CHUNK_ROWS + 123) for name in K1 + SOFTMAX_PLAIN  # the models a team sweeps (class
+    # factors: small n only)
     if not {"renew", "dataset_rule", "objective_rule", "base_newton"} & set(CONFIGS[name])])
 def test_a_batch_scores_each_point_as_its_own_sweep_for_any_thread_count(
     name: str, n: int, monkeypatch: pytest.MonkeyPatch
@@ -255,6 +259,39 @@ def test_a_batch_scores_each_point_as_its_own_sweep_for_any_thread_count(
             with monkeypatch.context() as patch:  # a log-loss model's weights after the sweep, any batch
                 patch.setattr(reverse1, "DEFER_ABOVE", 0)
                 np.testing.assert_array_equal(eng.influence_reverse(test, chunk_size=3, **kw), alone)
+
+
+@pytest.mark.parametrize(("name", "n"), [(name, 60) for name in SOFTMAX_PLAIN] + [
+    ("softmax-4-floored", 3 * CHUNK_ROWS + 123)])
+def test_the_softmax_team_sweep_equals_the_general_sweep(
+    name: str, n: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``engine.reverse_softmax`` against the general sweep (``passes.reverse``), the reference it
+    writes out: bit for bit where the rows make one chunk (the same additions in the same order),
+    and within 1e-13 relative where a leaf's sum over 4 chunks of rows runs chunk by chunk (each a
+    sum of ~4,000 terms, off by a few ulps of the largest: measured 3e-16 relative on Adult)."""
+    spec = random_spec(3, n=n, m=5, **CONFIGS[name])
+    engine, test = InfluenceEngine(spec.ensemble()), TestPoints(spec.test_leaf, spec.offset_test, spec.y_test)
+    calls = {"n": 0}
+    team_sweep = reverse_softmax.reverse
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        return team_sweep(*args, **kwargs)
+
+    kws = ({}, {"aggregate": "mean"}, {"on": "prediction", "output": spec.K - 1})
+    with monkeypatch.context() as patch:
+        patch.setattr(reverse_softmax, "reverse", counted)
+        team = [engine.influence_reverse(test, **kw) for kw in kws]
+    assert calls["n"] >= len(kws)  # the team's sweep ran (once per batch of test points)
+    with monkeypatch.context() as patch:
+        patch.setattr(reverse_softmax, "applies", lambda st: False)
+        general = [engine.influence_reverse(test, **kw) for kw in kws]
+    for got, expected in zip(team, general, strict=True):
+        if n <= CHUNK_ROWS:
+            np.testing.assert_array_equal(got, expected)
+        else:
+            assert _rel(got, expected) < 1e-13
 
 
 @given(st.integers(1, 400), st.integers(1, 100))

@@ -109,6 +109,33 @@ def add_round(lay: Layout, r: int, A: NDArray[np.float64], values: NDArray[np.fl
             A[j, c] += sign * values[base + lay.leaf[t, j]]
 
 
+@_internal
+def start_leaf_sums(lay: Layout, r: int, c_leaf: NDArray[np.float64], PT: NDArray[np.float64]) -> None:
+    """A team's reverse sweep (:mod:`.reverse1`, :mod:`.reverse_softmax`): round ``r``'s leaf
+    adjoints from the test side ``c_leaf`` (B, n_total) in the first chunk's sums ``PT[0]``
+    (leaves of the round, B), the other chunks' sums zero."""
+    rl0 = lay.leaf_off[lay.round_ptr[r]]
+    n_round = lay.leaf_off[lay.round_ptr[r + 1]] - rl0
+    for gl in range(n_round):
+        for b in range(PT.shape[2]):
+            PT[0, gl, b] = c_leaf[b, rl0 + gl]
+    PT[1:, :n_round] = 0.0
+
+
+@_internal
+def add_chunk_sums(PT: NDArray[np.float64], n_round: int, u_bar: NDArray[np.float64]) -> None:
+    """A team's reverse sweep: the chunks' leaf sums ``PT`` (chunks, leaves, B) of a round's
+    ``n_round`` leaves added in chunk order (into ``PT[0]``), then copied to ``u_bar`` (B,
+    leaves): the leaf adjoints, whatever the number of threads."""
+    for c in range(1, PT.shape[0]):
+        for gl in range(n_round):
+            for b in range(PT.shape[2]):
+                PT[0, gl, b] += PT[c, gl, b]
+    for gl in range(n_round):
+        for b in range(PT.shape[2]):
+            u_bar[b, gl] = PT[0, gl, b]
+
+
 @per_row  # once per round of every single-point row
 def advance_row(lay: Layout, stored: NDArray[np.float64], r: int, A: NDArray[np.float64], j: int) -> None:
     """Move row ``j``'s margins ``A[j]`` past round ``r`` by the ``stored`` leaf values (as

@@ -43,7 +43,7 @@ from numpy.typing import NDArray
 from .. import _jit as numba
 from ..losses import LOGLOSS, Params4, params4, point1, step_derivs1, step_logloss, step_logloss_at
 from . import team
-from .common import kept_point, per_row
+from .common import add_chunk_sums, kept_point, per_row, start_leaf_sums
 from .indexing import INDEX
 from .plain import leaf_adjoints
 from .state import Cache, Layout, LossSpec, Rows, State, Sums, Trees, every_step_cached, largest_round
@@ -116,18 +116,6 @@ def _round_steps(lay: Layout, trees: Trees, cache: Cache, r: int) -> tuple[NDArr
     return first, cache.der_slot[lay.step_ptr[t0] : lay.step_ptr[t0] + S]
 
 
-@_internal
-def _start_round(lay: Layout, r: int, c_leaf: NDArray[np.float64], PT: NDArray[np.float64]) -> None:
-    """Round ``r``'s leaf adjoints from the test side in the first chunk's sums ``PT[0]`` (leaves
-    of the round, B), the other chunks' sums zero."""
-    rl0 = lay.leaf_off[lay.round_ptr[r]]
-    n_round = lay.leaf_off[lay.round_ptr[r + 1]] - rl0
-    for gl in range(n_round):
-        for b in range(PT.shape[2]):
-            PT[0, gl, b] = c_leaf[b, rl0 + gl]
-    PT[1:, :n_round] = 0.0
-
-
 @per_row
 def _leaf_major(trees_in_round: int, B: int) -> bool:
     """Whether a round's leaf-sum adjoints are kept leaf by leaf (each leaf's steps one after
@@ -160,13 +148,7 @@ def _leaf_level(lay: Layout, trees: Trees, sums: Sums, r: int, n: int, c_leaf: N
     PT, u_bar = work.PT, work.u_bar
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     n_round = lay.leaf_off[t1] - lay.leaf_off[t0]
-    for c in range(1, PT.shape[0]):
-        for gl in range(n_round):
-            for b in range(PT.shape[2]):
-                PT[0, gl, b] += PT[c, gl, b]
-    for gl in range(n_round):
-        for b in range(PT.shape[2]):
-            u_bar[b, gl] = PT[0, gl, b]
+    add_chunk_sums(PT, n_round, u_bar)
     leaf_adjoints(lay, trees, sums, r, n, u_bar, work.g_bar, work.d_bar, work.big_w_bar, False)
     rs0 = lay.sl_off[lay.step_ptr[t0]]
     o = rs0 if defer else 0
@@ -178,7 +160,7 @@ def _leaf_level(lay: Layout, trees: Trees, sums: Sums, r: int, n: int, c_leaf: N
             work.GT[row, b] = 0.0 + work.g_bar[b, k]  # see the module's note on zeros
             work.DT[row, b] = 0.0 + work.d_bar[b, k]
     if r > 0:
-        _start_round(lay, r - 1, c_leaf, PT)
+        start_leaf_sums(lay, r - 1, c_leaf, PT)
 
 
 @_internal
@@ -616,7 +598,7 @@ def sweep(
     A = work.A[j0:j1]
     W = work.w_rows[j0:j1]  # this thread's rows' weight adjoints (summed here unless deferred)
     if R > 0 and tid == 0:  # (the general sweep adds zero margin adjoints here: its -0.0 become 0.0)
-        _start_round(lay, R - 1, c_leaf, PT)
+        start_leaf_sums(lay, R - 1, c_leaf, PT)
     for r in range(R - 1, -1, -1):
         if tid == 0:
             _leaf_level(lay, trees, sums, r, n, c_leaf, work, defer)
@@ -653,7 +635,7 @@ def sweep_one(
     W = work.w_rows[j0:j1]
     R = lay.round_ptr.shape[0] - 1
     if R > 0 and tid == 0:
-        _start_round(lay, R - 1, c_leaf, PT)
+        start_leaf_sums(lay, R - 1, c_leaf, PT)
     for r in range(R - 1, -1, -1):
         if tid == 0:
             _leaf_level(lay, trees, sums, r, n, c_leaf, work, False)
