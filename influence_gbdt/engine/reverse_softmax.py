@@ -2,9 +2,9 @@
 over a team of threads. Private to the engine.
 
 LightGBM's and XGBoost's multiclass defaults (one tree per class and round, one Newton step each),
-and CatBoost's MultiClass with gradient leaf steps. It computes what the
-general sweep (:func:`.passes.reverse` over :mod:`.plain`'s round functions) computes for such a
-model, with the same operations on each row in the same order, written out in the row loop: the
+and CatBoost's MultiClass with gradient leaf steps. It computes what the general sweep
+(:func:`.passes.reverse` over :mod:`.plain`'s round functions) computes for such a model, with the
+same operations on each row in the same order, written out in the row loop: the
 general sweep calls the loss's primitives for each row and objective (:func:`..losses.point`,
 :func:`..losses.grad_hess`, :func:`..losses.vjp`), and each call counts references to the arrays it
 is given, atomically (measured on a 3-class ``LGBMClassifier()`` on Adult, one test point on two
@@ -125,8 +125,9 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
             yj = y[j, 0]
             for c in range(K):  # losses.grad_hess, and what losses.vjp takes of the point
                 g[c] = z[c] - (1.0 if yj == c else 0.0)
-                h[c] = max(factor * z[c] * (1.0 - z[c]), floor)
-                curved[c] = factor * z[c] * (1.0 - z[c]) >= floor
+                hc = factor * z[c] * (1.0 - z[c])  # the hessian before its floor
+                h[c] = max(hc, floor)
+                curved[c] = hc >= floor
                 slope[c] = 1.0 - 2.0 * z[c]
             for t in range(t0, t1):  # each tree's slot of the row's leaf in the step
                 slot[t - t0] = sl_off[step_ptr[t] + s] + leaf[t, j] - rs0
