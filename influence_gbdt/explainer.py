@@ -97,11 +97,11 @@ class BoostingInfluence:
         splits each pass over the training rows over them (except on models with CatBoost's joint
         MultiClass rounds or renewed quantile/L1 leaves, replayed on one thread); test points or
         an aggregate are swept in batches, each sweep's rows split over them (one-output models,
-        and softmax multiclass with plain leaf steps; other models' batches take a thread each);
-        LeafRefit and forward mode split the training rows they score, and fewer rows than threads
-        each split their passes over the training rows over a share of them (one-output models
-        without renewed leaves, not ``single_point``). Results are the same, bit for bit, for any
-        count.
+        and softmax multiclass, CatBoost's joint MultiClass leaves included; other models' batches
+        take a thread each); LeafRefit and forward mode split the training rows they score, and
+        fewer rows than threads each split their passes over the training rows over a share of
+        them (one-output models without renewed leaves, not ``single_point``). Results are the
+        same, bit for bit, for any count.
 
     Attributes
     ----------

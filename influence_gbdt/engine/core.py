@@ -616,8 +616,8 @@ class InfluenceEngine:
             w_rows, a0_bar, big_w_bar = reverse_softmax.reverse(st, self._margin, c_leaf, team)
         else:
             w_bar, a0_bar, big_w_bar = passes.reverse(st.lay, st.trees, st.rows, st.loss, st.sums, st.cache,
-                                                      st.joint, st.renewed, self._margin,
-                                                      np.ascontiguousarray(c_leaf), every_step_cached(st))
+                                                      st.renewed, self._margin, np.ascontiguousarray(c_leaf),
+                                                      every_step_cached(st))
             w_rows = np.ascontiguousarray(w_bar.T)
         scores_into(out, col0, rows, w_rows, big_w_bar, a0_bar + coef_sum, d_base, e.weight_factor, team)
         if self._dfac is not None:

@@ -1,6 +1,8 @@
 """The joint leaf rule (numba): one Newton step for all ``K`` trees of a round with the full softmax
 hessian (CatBoost's MultiClass leaves). Private to the engine; its passes: :func:`replay_round`,
-:func:`reverse_round`, :func:`add_row_derivative` with :func:`forward_steps`, :func:`refit_round`.
+:func:`leaf_adjoints` (reverse mode's leaf level; the row level is
+:func:`.reverse_softmax._joint_row_pass`, on a team of threads), :func:`add_row_derivative` with
+:func:`forward_steps`, :func:`refit_round`.
 
 In a joint round the trees ``t0 + c`` (output ``c``) share one structure. Per leaf, with
 ``G`` the K-vector ``sum w g`` and ``H`` the K x K matrix ``sum w P`` (``P = diag(p) - p p^T`` at
@@ -199,27 +201,6 @@ def replay_round(
 
 
 @_internal
-def gather_and_rewind(
-    lay: Layout, stored: NDArray[np.float64], r: int, A: NDArray[np.float64], a_bar: NDArray[np.float64],
-    u_bar: NDArray[np.float64],
-) -> None:
-    """Reverse mode's pass over the rows before a joint round's leaf step, in one read of the
-    shared structure: ``u_bar[b, leaf of tree c]`` gains each row's margin adjoint
-    ``a_bar[b, j, c]`` and ``A`` (n, K) loses the round's stored leaf values (it then holds the
-    margins entering the round)."""
-    n, K = A.shape
-    t0 = lay.round_ptr[r]
-    rl0 = lay.leaf_off[t0]
-    for j in range(n):
-        lj = lay.leaf[t0, j]
-        for c in range(K):
-            gl = lay.leaf_off[t0 + c] + lj
-            A[j, c] -= stored[gl]
-            for b in range(u_bar.shape[0]):
-                u_bar[b, gl - rl0] += a_bar[b, j, c]
-
-
-@_internal
 def leaf_adjoints(
     lay: Layout, trees: Trees, sums: Sums, joint: Joint, r: int, n: int, u_bar: NDArray[np.float64],
     g_bar: NDArray[np.float64], big_w_bar: NDArray[np.float64],
@@ -245,63 +226,6 @@ def leaf_adjoints(
                 g_bar[b, o - rs0] = a
                 acc += a * sums.RD[o]
             big_w_bar[b] += acc * trees.l2m[t0] / n
-
-
-@_internal
-def row_adjoints(
-    lay: Layout, rows: Rows, sums: Sums, r: int, A: NDArray[np.float64], g_bar: NDArray[np.float64],
-    a_bar: NDArray[np.float64], w_bar: NDArray[np.float64],
-) -> None:
-    """Every row's share of a joint round (margins ``A`` entering it, (n, K)): ``w_bar`` (B, n)
-    gains ``a . g + a^T P delta`` and ``a_bar`` (B, n, K) gains ``w J (a + q)`` (module docstring),
-    with ``a`` from ``g_bar`` as :func:`leaf_adjoints` leaves it."""
-    n, K = A.shape
-    t0 = lay.round_ptr[r]
-    rs0 = lay.sl_off[lay.step_ptr[t0]]
-    slot = round_slots(lay, r) - rs0
-    p = np.empty(K)
-    g = np.empty(K)
-    dl = np.empty(K)
-    k = np.empty(K, dtype=np.int64)
-    a = np.empty(K)
-    for j in range(n):  # what does not depend on the objective first, once per row
-        probabilities(A, j, p)
-        lab = int(rows.y[j, 0])
-        wj = rows.w[j]
-        pd = 0.0
-        for c in range(K):
-            k[c] = slot[c] + lay.leaf[t0, j]
-            dl[c] = sums.RD[k[c] + rs0]
-            g[c] = p[c] - (1.0 if lab == c else 0.0)
-            pd += p[c] * dl[c]
-        for b in range(g_bar.shape[0]):
-            pa = 0.0
-            for c in range(K):
-                a[c] = g_bar[b, k[c]]
-                pa += p[c] * a[c]
-            acc = -pa * pd
-            px = 0.0
-            for c in range(K):
-                acc += a[c] * (g[c] + p[c] * dl[c])
-                x = a[c] * (1.0 + dl[c] - pd) - dl[c] * pa
-                px += p[c] * x
-                a_bar[b, j, c] += wj * p[c] * x  # the -p_c px part below, once px is known
-            w_bar[b, j] += acc
-            for c in range(K):
-                a_bar[b, j, c] -= wj * p[c] * px
-
-
-@_internal
-def reverse_round(
-    lay: Layout, trees: Trees, rows: Rows, sums: Sums, joint: Joint, r: int, A: NDArray[np.float64],
-    a_bar: NDArray[np.float64], u_bar: NDArray[np.float64], g_bar: NDArray[np.float64],
-    big_w_bar: NDArray[np.float64], w_bar: NDArray[np.float64],
-) -> None:
-    """Round ``r`` in reverse: gather the rows' margin adjoints while rewinding ``A`` to the margins
-    entering the round (one read of the shared structure), the leaf level, then the rows."""
-    gather_and_rewind(lay, sums.stored, r, A, a_bar, u_bar)
-    leaf_adjoints(lay, trees, sums, joint, r, A.shape[0], u_bar, g_bar, big_w_bar)
-    row_adjoints(lay, rows, sums, r, A, g_bar, a_bar, w_bar)
 
 
 @_per_row

@@ -13,14 +13,13 @@ chosen. Private to the engine.
 the last two also with their passes over the rows shared by a team (:mod:`.pointjobs`).
 
 (The reverse sweep of one-output models with plain rounds runs in :mod:`.reverse1` instead, and
-that of softmax models with plain rounds in :mod:`.reverse_softmax`, each on a team of threads;
-:mod:`.core` chooses them.) Each pass walks the rounds and hands each one to its
-leaf rule: :mod:`.plain` (Newton or gradient
-steps), :mod:`.joint` (one joint softmax step), :mod:`.renewed` (quantile leaves) or
-:mod:`.backtracking` (AnyImprovement). The rule groups of a model without such trees are None, and
-the tests ``group is not None`` are decided when numba compiles: a plain model compiles the plain
-rule only. A new leaf rule adds its module, its state group (:mod:`.state`) and one branch per
-pass here.
+that of softmax models, their rounds plain or joint, in :mod:`.reverse_softmax`, each on a team of
+threads; :mod:`.core` chooses them. :func:`reverse` sweeps the other models.) Each pass walks the
+rounds and hands each one to its leaf rule: :mod:`.plain` (Newton or gradient steps), :mod:`.joint`
+(one joint softmax step), :mod:`.renewed` (quantile leaves) or :mod:`.backtracking`
+(AnyImprovement). The rule groups of a model without such trees are None, and the tests ``group is
+not None`` are decided when numba compiles: a plain model compiles the plain rule only. A new leaf
+rule adds its module, its state group (:mod:`.state`) and one branch per pass here.
 """
 
 from __future__ import annotations
@@ -134,8 +133,8 @@ def replay_work(st: State, n_team: int) -> Work:
 
 @_jit
 def reverse(
-    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, joint: Joint | None,
-    renewed: Renewed | None, A_final: NDArray[np.float64], c_leaf: NDArray[np.float64], every: bool,
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, renewed: Renewed | None,
+    A_final: NDArray[np.float64], c_leaf: NDArray[np.float64], every: bool,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
     """Vector-Jacobian products of ``B`` objectives through the whole ensemble.
 
@@ -168,10 +167,6 @@ def reverse(
         n_round = lay.leaf_off[t1] - rl0
         for b in range(B):
             u_bar[b, :n_round] = c_leaf[b, rl0 : rl0 + n_round]
-        if joint is not None and joint.joint[t0]:
-            joint_rule.reverse_round(lay, trees, rows, sums, joint, r, A, a_bar, u_bar, g_bar, big_w_bar,
-                                     w_bar)
-            continue
         renewed_round = renewed is not None and renewed.renew[t0]
         plain.gather_adjoints(lay, r, a_bar, u_bar)
         plain.leaf_adjoints(lay, trees, sums, r, n, u_bar, g_bar, d_bar, big_w_bar, renewed_round)

@@ -27,11 +27,12 @@ from numpy.typing import NDArray
 
 from .. import _jit as numba
 from ..losses import SOFTMAX, params4
+from . import joint as joint_rule
 from . import team
 from .common import add_chunk_sums, start_leaf_sums
 from .indexing import INDEX
 from .plain import leaf_adjoints
-from .state import Layout, LossSpec, Rows, State, Sums, Trees, largest_round
+from .state import Joint, Layout, LossSpec, Rows, State, Sums, Trees, largest_round
 from .team import CHUNK_ROWS, barrier, n_chunks, own_rows
 
 _internal = numba.njit(cache=True, nogil=True, internal=True)
@@ -52,30 +53,40 @@ class Work(NamedTuple):
 
 
 @_internal
-def _gather(lay: Layout, r: int, a_bar: NDArray[np.float64], j0: int, j1: int,
+def _gather(lay: Layout, r: int, shared: bool, a_bar: NDArray[np.float64], j0: int, j1: int,
             PT: NDArray[np.float64]) -> None:
     """Rows ``j0 .. j1 - 1``'s margin adjoints ``a_bar`` (n, B, K) into round ``r``'s leaves: the
-    sums of each row's chunk, ``PT[j // CHUNK_ROWS]`` (leaves of the round, B), rows in order."""
+    sums of each row's chunk, ``PT[j // CHUNK_ROWS]`` (leaves of the round, B), rows in order.
+    ``shared``: the round's trees share its first tree's structure (a joint round), whose leaf
+    index is then the only one read."""
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     rl0 = lay.leaf_off[t0]
-    for j in range(j0, j1):
-        ch = j // CHUNK_ROWS
-        for t in range(t0, t1):
-            c = lay.out[t]
-            gl = (lay.leaf_off[t] - rl0 + lay.leaf[t, j]) & INDEX
+    # The rows counted from 0 over arrays sliced from j0, every other index masked (.indexing.INDEX).
+    a_bar = a_bar[j0:j1]
+    leaf = lay.leaf[t0 : t0 + 1 if shared else t1, j0:j1]  # (trees of the round, or its first, rows)
+    off = lay.leaf_off[t0:t1] - rl0
+    cls = lay.out[t0:t1] & INDEX
+    for i in range(j1 - j0):
+        ch = ((j0 + i) // CHUNK_ROWS) & INDEX
+        for q in range(t1 - t0):
+            gl = (off[q] + leaf[0 if shared else q, i]) & INDEX
             for b in range(PT.shape[2]):
-                PT[ch, gl, b] += a_bar[j, b, c]
+                PT[ch, gl, b] += a_bar[i, b, cls[q]]
 
 
 @_internal
-def _leaf_level(lay: Layout, trees: Trees, sums: Sums, r: int, n: int, c_leaf: NDArray[np.float64],
-                work: Work) -> None:
+def _leaf_level(lay: Layout, trees: Trees, sums: Sums, joint: Joint | None, r: int, n: int,
+                c_leaf: NDArray[np.float64], work: Work) -> None:
     """Round ``r``'s leaf level, by one thread: its leaves' adjoints (the chunks' sums in chunk
-    order), through its steps (:func:`.plain.leaf_adjoints`) to its leaf-sum adjoints
-    ``work.g_bar``, ``work.d_bar``; then round ``r - 1``'s sums started from the test side."""
+    order), through its steps (:func:`.plain.leaf_adjoints`, or a joint round's
+    :func:`.joint.leaf_adjoints`) to its leaf-sum adjoints ``work.g_bar`` (and ``work.d_bar``);
+    then round ``r - 1``'s sums started from the test side."""
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     add_chunk_sums(work.PT, lay.leaf_off[t1] - lay.leaf_off[t0], work.u_bar)
-    leaf_adjoints(lay, trees, sums, r, n, work.u_bar, work.g_bar, work.d_bar, work.big_w_bar, False)
+    if joint is not None and joint.joint[t0]:
+        joint_rule.leaf_adjoints(lay, trees, sums, joint, r, n, work.u_bar, work.g_bar, work.big_w_bar)
+    else:
+        leaf_adjoints(lay, trees, sums, r, n, work.u_bar, work.g_bar, work.d_bar, work.big_w_bar, False)
     if r > 0:
         start_leaf_sums(lay, r - 1, c_leaf, work.PT)
 
@@ -83,38 +94,45 @@ def _leaf_level(lay: Layout, trees: Trees, sums: Sums, r: int, n: int, c_leaf: N
 @_internal
 def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per row costs more than its arithmetic
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, r: int, j0: int, j1: int, work: Work,
-    z: NDArray[np.float64], g: NDArray[np.float64], h: NDArray[np.float64], beta: NDArray[np.float64],
-    gamma: NDArray[np.float64], vec: NDArray[np.float64], slope: NDArray[np.float64],
-    curved: NDArray[np.bool_], slot: NDArray[np.int64],
 ) -> None:
     """Rows ``j0 .. j1 - 1`` through round ``r``'s row level: their margins moved back to those
     entering the round, then each step's weight adjoints ``work.w_rows`` and margin adjoints
     ``work.a_bar`` from its leaf-sum adjoints ``work.g_bar``, ``work.d_bar``. The arithmetic of
     :func:`.plain.row_adjoints` with :func:`..losses.point`, :func:`..losses.grad_hess` and
     :func:`..losses.vjp` of the softmax written out, in the same order (what does not depend on
-    the objective taken out of its loop). ``z``, ``g``, ``h``, ``beta``, ``gamma``, ``vec``,
-    ``slope``, ``curved`` (K,) and ``slot`` (most trees of a round,) are the thread's scratch."""
-    A, a_bar, w_rows, g_bar, d_bar = work.A, work.a_bar, work.w_rows, work.g_bar, work.d_bar
-    leaf, leaf_off, out, sl_off, step_ptr = lay.leaf, lay.leaf_off, lay.out, lay.sl_off, lay.step_ptr
-    u_before, stored, newton, y, w = sums.u_before, sums.stored, trees.newton, rows.y, rows.w
+    the objective taken out of its loop)."""
+    # The rows counted from 0 over arrays sliced from j0, every other index masked (.indexing.INDEX),
+    # the row's scratch allocated here (the compiler then knows no store to the adjoints changes it).
+    A, a_bar, w_rows = work.A[j0:j1], work.a_bar[j0:j1], work.w_rows[j0:j1]
+    y, w = rows.y[j0:j1], rows.w[j0:j1]
+    g_bar, d_bar = work.g_bar, work.d_bar
+    leaf_off, out, sl_off, step_ptr = lay.leaf_off, lay.out, lay.sl_off, lay.step_ptr
+    u_before, stored, newton = sums.u_before, sums.stored, trees.newton
     K = A.shape[1]
     B = g_bar.shape[0]
     p4 = params4(loss.prm)
     floor, factor = p4[0], p4[1]
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
+    leaf = lay.leaf[t0:t1, j0:j1]  # (trees of the round, rows)
     rs0 = sl_off[step_ptr[t0]]
-    for t in range(t0, t1):  # (common.add_round's order: tree by tree)
-        c = out[t]
-        base = leaf_off[t]
-        for j in range(j0, j1):
-            A[j, c] += -1.0 * stored[base + leaf[t, j]]
+    z, g, h, beta, gamma, vec, slope = (np.empty(K), np.empty(K), np.empty(K), np.empty(K), np.empty(K),
+                                        np.empty(K), np.empty(K))
+    curved = np.empty(K, dtype=np.bool_)
+    slot = np.empty(t1 - t0, dtype=np.int64)
+    cls, nw = out[t0:t1] & INDEX, newton[t0:t1]
+    for q in range(t1 - t0):  # (common.add_round's order: tree by tree)
+        c = cls[q]
+        base = leaf_off[t0 + q]
+        for i in range(j1 - j0):
+            A[i, c] += -1.0 * stored[(base + leaf[q, i]) & INDEX]
     for s in range(trees.n_steps[t0]):
-        for j in range(j0, j1):
-            wj = w[j]
+        first = sl_off[step_ptr[t0:t1] + s]  # each tree's first slot in the step
+        for i in range(j1 - j0):
+            wj = w[i]
             for c in range(K):  # the row's point at the step (common.step_point, losses.point)
-                vec[c] = A[j, c]
-            for t in range(t0, t1):
-                vec[out[t]] += u_before[sl_off[step_ptr[t] + s] + leaf[t, j]]
+                vec[c] = A[i, c]
+            for q in range(t1 - t0):
+                vec[cls[q]] += u_before[(first[q] + leaf[q, i]) & INDEX]
             top = vec.max()
             total = 0.0
             for c in range(K):
@@ -122,30 +140,30 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
                 total += z[c]
             for c in range(K):
                 z[c] /= total
-            yj = y[j, 0]
+            yj = y[i, 0]
             for c in range(K):  # losses.grad_hess, and what losses.vjp takes of the point
                 g[c] = z[c] - (1.0 if yj == c else 0.0)
                 hc = factor * z[c] * (1.0 - z[c])  # the hessian before its floor
                 h[c] = max(hc, floor)
                 curved[c] = hc >= floor
                 slope[c] = 1.0 - 2.0 * z[c]
-            for t in range(t0, t1):  # each tree's slot of the row's leaf in the step
-                slot[t - t0] = sl_off[step_ptr[t] + s] + leaf[t, j] - rs0
+            for q in range(t1 - t0):  # each tree's slot of the row's leaf in the step
+                slot[q] = (first[q] + leaf[q, i] - rs0) & INDEX
             for b in range(B):
                 beta[:] = 0.0
                 gamma[:] = 0.0
                 acc = 0.0
-                for t in range(t0, t1):
-                    c = out[t]
-                    gb = g_bar[b, slot[t - t0]]
-                    dd = d_bar[b, slot[t - t0]]
+                for q in range(t1 - t0):
+                    c = cls[q]
+                    gb = g_bar[b, slot[q] & INDEX]
+                    dd = d_bar[b, slot[q] & INDEX]
                     beta[c] += wj * gb
-                    if newton[t]:
+                    if nw[q]:
                         gamma[c] += wj * dd
                         acc += gb * g[c] + dd * h[c]
                     else:
                         acc += gb * g[c] + dd
-                w_rows[j, b] += acc
+                w_rows[i, b] += acc
                 total = 0.0  # losses.vjp
                 for c in range(K):
                     a = beta[c]
@@ -154,13 +172,69 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
                     vec[c] = a * z[c]
                     total += vec[c]
                 for c in range(K):
-                    a_bar[j, b, c] += vec[c] - z[c] * total
+                    a_bar[i, b, c] += vec[c] - z[c] * total
+
+
+@_internal
+def _joint_row_pass(lay: Layout, rows: Rows, sums: Sums, r: int, j0: int, j1: int, work: Work) -> None:
+    """Rows ``j0 .. j1 - 1`` through joint round ``r``'s row level: their margins moved back to
+    those entering the round, then the weight adjoints ``work.w_rows`` gain ``a . g + a^T P delta``
+    and the margin adjoints ``work.a_bar`` gain ``w J (a + q)`` (:mod:`.joint`'s docstring), with
+    ``a`` from ``work.g_bar`` as :func:`.joint.leaf_adjoints` leaves it."""
+    # The rows counted from 0 over arrays sliced from j0, every other index masked (.indexing.INDEX),
+    # the row's scratch allocated here (the compiler then knows no store to the adjoints changes it).
+    A, a_bar, w_rows = work.A[j0:j1], work.a_bar[j0:j1], work.w_rows[j0:j1]
+    y, w = rows.y[j0:j1], rows.w[j0:j1]
+    g_bar, stored, RD = work.g_bar, sums.stored, sums.RD
+    K = A.shape[1]
+    B = g_bar.shape[0]
+    t0 = lay.round_ptr[r]
+    leaf = lay.leaf[t0][j0:j1]  # the round's trees share the first one's structure
+    rs0 = lay.sl_off[lay.step_ptr[t0]]
+    slot = joint_rule.round_slots(lay, r) - rs0
+    off = lay.leaf_off[t0 : t0 + K]
+    p, g, dl, a = np.empty(K), np.empty(K), np.empty(K), np.empty(K)
+    k = np.empty(K, dtype=np.int64)
+    for i in range(j1 - j0):
+        lj = leaf[i]
+        for c in range(K):
+            A[i, c] -= stored[(off[c] + lj) & INDEX]
+        joint_rule.probabilities(A, i, p)
+        lab = int(y[i, 0])
+        wj = w[i]
+        pd = 0.0  # what does not depend on the objective first
+        for c in range(K):
+            k[c] = (slot[c] + lj) & INDEX
+            dl[c] = RD[(k[c] + rs0) & INDEX]
+            g[c] = p[c] - (1.0 if lab == c else 0.0)
+            pd += p[c] * dl[c]
+        for b in range(B):
+            pa = 0.0
+            for c in range(K):
+                a[c] = g_bar[b, k[c] & INDEX]
+                pa += p[c] * a[c]
+            acc = -pa * pd
+            px = 0.0
+            for c in range(K):
+                acc += a[c] * (g[c] + p[c] * dl[c])
+                x = a[c] * (1.0 + dl[c] - pd) - dl[c] * pa
+                px += p[c] * x
+                a_bar[i, b, c] += wj * p[c] * x  # the -p_c px part below, once px is known
+            w_rows[i, b] += acc
+            for c in range(K):
+                a_bar[i, b, c] -= wj * p[c] * px
+
+
+@_internal
+def _is_joint(lay: Layout, joint: Joint | None, r: int) -> bool:
+    """Whether round ``r`` takes one joint step."""
+    return joint is not None and joint.joint[lay.round_ptr[r]]
 
 
 @numba.njit(cache=True, nogil=True)
 def sweep(
     tid: int, n_team: int, bar: NDArray[np.int64], lay: Layout, trees: Trees, rows: Rows, loss: LossSpec,
-    sums: Sums, c_leaf: NDArray[np.float64], work: Work,
+    sums: Sums, joint: Joint | None, c_leaf: NDArray[np.float64], work: Work,
 ) -> None:
     """Thread ``tid``'s part of the sweep of a team of ``n_team`` (see :mod:`.team`): the rows of
     its chunks; thread 0 also the leaf level of every round and ``work.a0_bar``. Fills
@@ -171,25 +245,23 @@ def sweep(
     j0, j1 = own_rows(n, tid, n_team)
     work.a_bar[j0:j1] = 0.0  # (each thread its own rows)
     work.w_rows[j0:j1] = 0.0
-    z, g, h, beta, gamma, vec, slope = (np.empty(K), np.empty(K), np.empty(K), np.empty(K), np.empty(K),
-                                        np.empty(K), np.empty(K))
-    curved = np.empty(K, dtype=np.bool_)
-    slot = np.empty(np.diff(lay.round_ptr).max() if R > 0 else 0, dtype=np.int64)
     if R > 0:
         if tid == 0:
             start_leaf_sums(lay, R - 1, c_leaf, work.PT)
         barrier(bar, n_team)
         # the zero adjoints too, as the general sweep gathers them: a -0.0 from the test side becomes 0.0
-        _gather(lay, R - 1, work.a_bar, j0, j1, work.PT)
+        _gather(lay, R - 1, _is_joint(lay, joint, R - 1), work.a_bar, j0, j1, work.PT)
         barrier(bar, n_team)
     for r in range(R - 1, -1, -1):
         if tid == 0:
-            _leaf_level(lay, trees, sums, r, n, c_leaf, work)
+            _leaf_level(lay, trees, sums, joint, r, n, c_leaf, work)
         barrier(bar, n_team)
-        _row_pass(lay, trees, rows, loss, sums, r, j0, j1, work, z, g, h, beta, gamma, vec, slope, curved,
-                  slot)
+        if _is_joint(lay, joint, r):
+            _joint_row_pass(lay, rows, sums, r, j0, j1, work)
+        else:
+            _row_pass(lay, trees, rows, loss, sums, r, j0, j1, work)
         if r > 0:
-            _gather(lay, r - 1, work.a_bar, j0, j1, work.PT)
+            _gather(lay, r - 1, _is_joint(lay, joint, r - 1), work.a_bar, j0, j1, work.PT)
         barrier(bar, n_team)
     if tid == 0:
         for b in range(B):
@@ -199,10 +271,10 @@ def sweep(
 
 
 def applies(st: State) -> bool:
-    """Whether :func:`reverse` sweeps this model: a softmax over several outputs, plain rounds
-    only. (Decided by the model alone, never by the batch or the threads: the scores must not
+    """Whether :func:`reverse` sweeps this model: a softmax over several outputs, its rounds plain
+    or joint. (Decided by the model alone, never by the batch or the threads: the scores must not
     depend on them.)"""
-    return st.loss.K > 1 and st.loss.code == SOFTMAX and st.joint is None and st.renewed is None
+    return st.loss.K > 1 and st.loss.code == SOFTMAX and st.renewed is None
 
 
 def reverse(
@@ -221,5 +293,6 @@ def reverse(
                 u_bar=np.empty((B, most_leaves)), g_bar=np.empty((B, most_slots)),
                 d_bar=np.empty((B, most_slots)))
     n_team = max(1, min(int(threads), n_chunks(n)))
-    team.run(sweep, n_team, st.lay, st.trees, st.rows, st.loss, st.sums, np.ascontiguousarray(c_leaf), work)
+    team.run(sweep, n_team, st.lay, st.trees, st.rows, st.loss, st.sums, st.joint,
+             np.ascontiguousarray(c_leaf), work)
     return work.w_rows, work.a0_bar, work.big_w_bar
