@@ -37,7 +37,7 @@ from .pointjobs import FORWARD, KEEP, REFIT, PointWork, advance, leaf_shares1, m
 from .rowjobs import Work, make_work, serve, stop
 from .rowjobs import add_round as add_round_team
 from .state import Backtrack, Cache, Joint, Layout, LossSpec, Renewed, Rows, State, Sums, Trees, largest_round
-from .team import n_chunks
+from .team import n_chunks, rows_team
 
 _jit = numba.njit(cache=True, nogil=True)
 #: Functions only compiled code calls: no Python wrapper to compile (see ``_jit.njit``).
@@ -106,7 +106,7 @@ def replay_team(st: State, threads: int) -> int:
     0 computes those alone), else up to ``threads`` (one per chunk of rows at most)."""
     if st.joint is not None or st.renewed is not None:
         return 1
-    return max(1, min(int(threads), n_chunks(st.lay.leaf.shape[1])))
+    return rows_team(threads, st.lay.leaf.shape[1])
 
 
 def replay_scratch(st: State, n_team: int) -> NDArray[np.float64] | None:
@@ -465,7 +465,7 @@ def point_team(st: State, threads: int, mode: int, n_outputs: int, forward: bool
     row_only = mode == NONE and (forward or (st.backtrack is None and bool((st.trees.n_steps == 1).all())))
     if st.joint is not None or st.renewed is not None or n_outputs > 1 or row_only:
         return 1
-    return max(1, min(int(threads), n_chunks(st.lay.leaf.shape[1])))
+    return rows_team(threads, st.lay.leaf.shape[1])
 
 
 def point_work(st: State, n_team: int, mode: int, n_outputs: int, forward: bool) -> PointWork:

@@ -47,7 +47,7 @@ from .common import add_chunk_sums, kept_point, per_row, start_leaf_sums
 from .indexing import INDEX
 from .plain import leaf_adjoints
 from .state import Cache, Layout, LossSpec, Rows, State, Sums, Trees, every_step_cached, largest_round
-from .team import CHUNK_ROWS, barrier, n_chunks, own_rows
+from .team import CHUNK_ROWS, barrier, n_chunks, own_rows, rows_team
 
 _internal = numba.njit(cache=True, nogil=True, internal=True)
 
@@ -699,7 +699,7 @@ def reverse(
                 PT=_lined((n_chunks(n), most_leaves, Bp)), GT=_lined((kept, Bp), False),
                 DT=_lined((kept, Bp), False), u_bar=np.empty((Bp, most_leaves)),
                 g_bar=np.empty((Bp, most_slots)), d_bar=np.empty((Bp, most_slots)))
-    n_team = max(1, min(int(threads), n_chunks(n)))
+    n_team = rows_team(threads, n)
     groups = (st.lay, st.trees, st.rows, st.loss, st.sums, st.cache)
     if B == 1 and bool(np.all(np.diff(lay.round_ptr) == 1)):
         team.run(sweep_one, n_team, *groups, c, work, None if every else work.A)

@@ -40,7 +40,7 @@ from .common import add_chunk_sums, start_leaf_sums
 from .indexing import INDEX
 from .plain import leaf_adjoints
 from .state import Joint, Layout, LossSpec, Rows, State, Sums, Trees, largest_round
-from .team import CHUNK_ROWS, barrier, n_chunks, own_rows
+from .team import CHUNK_ROWS, barrier, n_chunks, own_rows, rows_team
 
 _internal = numba.njit(cache=True, nogil=True, internal=True)
 
@@ -374,7 +374,7 @@ def reverse(
                 u_bar=np.empty((B, most_leaves)), g_bar=np.empty((B, most_slots)),
                 d_bar=np.empty((B, most_slots)), gT=np.empty((most_slots, B)),
                 dT=np.empty((most_slots, B)))
-    n_team = max(1, min(int(threads), n_chunks(n)))
+    n_team = rows_team(threads, n)
     team.run(sweep, n_team, st.lay, st.trees, st.rows, st.loss, st.sums, st.joint,
              np.ascontiguousarray(c_leaf), work)
     return work.w_rows, work.a0_bar, work.big_w_bar

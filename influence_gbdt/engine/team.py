@@ -49,6 +49,11 @@ def n_chunks(n: int) -> int:
     return max(1, -(-n // CHUNK_ROWS))
 
 
+def rows_team(threads: int, n: int) -> int:
+    """The threads a pass over ``n`` rows takes: up to ``threads``, one per chunk of rows at most."""
+    return max(1, min(int(threads), n_chunks(n)))
+
+
 def _item_pointer(context: Any, builder: Any, array_type: Any, array: Any, index: Any) -> Any:
     ary = context.make_array(array_type)(context, builder, array)
     return cgutils.get_item_pointer(context, builder, array_type, ary, [index])
