@@ -93,9 +93,10 @@ CONFIGS = {
 ROWS = np.arange(0, 60, 5)
 K1 = [name for name, config in CONFIGS.items() if config.get("K", 1) == 1]
 #: The multi-output models a team sweeps (``engine.reverse_softmax``): softmax, its rounds plain or
-#: joint; those with plain rounds only (the general sweep, ``passes.reverse``, sweeps them too).
-SOFTMAX = [name for name, config in CONFIGS.items() if config.get("loss") == "softmax"]
-SOFTMAX_PLAIN = [name for name in SOFTMAX if not CONFIGS[name].get("joint")]
+#: joint, one-vs-all, multi-target; those with plain rounds only (the general sweep,
+#: ``passes.reverse``, sweeps them too).
+MULTI = [name for name, config in CONFIGS.items() if config.get("K", 1) > 1 and "renew" not in config]
+MULTI_PLAIN = [name for name in MULTI if not CONFIGS[name].get("joint")]
 
 
 def _rel(a: np.ndarray, b: np.ndarray) -> float:
@@ -221,7 +222,7 @@ def test_the_derivative_cache_changes_no_score(name: str) -> None:
 
 
 @pytest.mark.parametrize(("name", "n"), [(name, 60) for name in CONFIGS] + [
-    (name, 3 * CHUNK_ROWS + 123) for name in K1 + SOFTMAX  # the models a team sweeps (class
+    (name, 3 * CHUNK_ROWS + 123) for name in K1 + MULTI  # the models a team sweeps (class
     # factors: small n only)
     if not {"renew", "dataset_rule", "objective_rule", "base_newton"} & set(CONFIGS[name])])
 def test_a_batch_scores_each_point_as_its_own_sweep_for_any_thread_count(
@@ -264,9 +265,10 @@ def test_a_batch_scores_each_point_as_its_own_sweep_for_any_thread_count(
                 np.testing.assert_array_equal(eng.influence_reverse(test, chunk_size=3, **kw), alone)
 
 
-@pytest.mark.parametrize(("name", "n"), [(name, 60) for name in SOFTMAX_PLAIN] + [
-    ("softmax-4-floored", 3 * CHUNK_ROWS + 123)])
-def test_the_softmax_team_sweep_equals_the_general_sweep(
+@pytest.mark.calls_kernels  # the general sweep without renewed leaves: the reference alone runs it
+@pytest.mark.parametrize(("name", "n"), [(name, 60) for name in MULTI_PLAIN] + [
+    (name, 3 * CHUNK_ROWS + 123) for name in ("softmax-4-floored", "one-vs-all", "multi-target")])
+def test_the_multi_output_team_sweep_equals_the_general_sweep(
     name: str, n: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``engine.reverse_softmax`` against the general sweep (``passes.reverse``), the reference it
@@ -297,7 +299,7 @@ def test_the_softmax_team_sweep_equals_the_general_sweep(
             assert _rel(got, expected) < 1e-13
 
 
-@pytest.mark.parametrize("name", [name for name in SOFTMAX if CONFIGS[name].get("joint")])
+@pytest.mark.parametrize("name", [name for name in MULTI if CONFIGS[name].get("joint")])
 def test_the_joint_team_sweep_equals_forward_mode_over_chunks_of_rows(name: str) -> None:
     """Joint rounds have no general sweep to compare with: ``engine.reverse_softmax`` sweeps them
     (on 12,411 rows, 4 chunks) against forward mode, an independent computation (each row's

@@ -1,19 +1,22 @@
-"""The reverse sweep of a softmax model (numba): the rows split over a team of threads. Private to
-the engine.
+"""The reverse sweep of a model of several outputs (numba): the rows split over a team of threads.
+Private to the engine.
 
 Plain rounds: LightGBM's and XGBoost's multiclass defaults (one tree per class and round, one
-Newton step each), and CatBoost's MultiClass with gradient leaf steps. Joint rounds: CatBoost's
+Newton step each), CatBoost's MultiClass with gradient leaf steps, one-vs-all models (each class's
+sigmoid log loss) and multi-target regression (squared error per target). Joint rounds: CatBoost's
 MultiClass default (one Newton step for the round's trees with the full softmax hessian,
 :mod:`.joint`; only this sweep sweeps them). For plain rounds it computes what the general sweep
 (:func:`.passes.reverse` over :mod:`.plain`'s round functions) computes, with the same operations
-on each row in the same order, written out in the row loop: the general sweep calls the loss's
-primitives for each row and objective (:func:`..losses.point`, :func:`..losses.grad_hess`,
-:func:`..losses.vjp`), and each call counts references to the arrays it is given, atomically
-(measured on a 3-class ``LGBMClassifier()`` on Adult, one test point on two threads: 0.630 s
-there, 0.306 s here on one thread, 0.156 s on two). One difference in order: a leaf's sum over its
-rows runs over fixed chunks of :data:`.team.CHUNK_ROWS` rows, each in row order, then over the
-chunks in order (for up to 4,096 rows, the general sweep's order exactly), so that the scores do
-not depend on the number of threads.
+on each row in the same order, written out in the row loop (:func:`_row_pass` for the softmax,
+:func:`_separable_row_pass` for the losses whose outputs do not interact): the general sweep
+calls the loss's primitives for each row and objective (:func:`..losses.point`,
+:func:`..losses.grad_hess`, :func:`..losses.vjp`), and each call counts references to the arrays
+it is given, atomically (measured on a 3-class ``LGBMClassifier()`` on Adult, one test point on
+two threads: 0.630 s there, 0.306 s here on one thread, 0.156 s on two; a one-vs-all one 0.53 ->
+0.10 s). One difference in order: a leaf's sum over its rows runs over fixed chunks of
+:data:`.team.CHUNK_ROWS` rows, each in row order, then over the chunks in order (for up to 4,096
+rows, the general sweep's order exactly), so that the scores do not depend on the number of
+threads.
 
 A batch's adjoints are laid out (rows, classes, batch): each row's loops over the objectives are
 the innermost, contiguous ones, which the compiler vectorizes (a 3-class ``LGBMClassifier()``, 100
@@ -33,10 +36,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .. import _jit as numba
-from ..losses import SOFTMAX, params4
+from ..losses import MULTI_SQUARED, ONE_VS_ALL, SOFTMAX, params4, sigmoid_pair
 from . import joint as joint_rule
 from . import team
-from .common import add_chunk_sums, start_leaf_sums
+from .common import add_chunk_sums, per_row, start_leaf_sums
 from .indexing import INDEX
 from .plain import leaf_adjoints
 from .state import Joint, Layout, LossSpec, Rows, State, Sums, Trees, largest_round
@@ -105,50 +108,119 @@ def _leaf_level(lay: Layout, trees: Trees, sums: Sums, joint: Joint | None, r: i
         start_leaf_sums(lay, r - 1, c_leaf, work.PT)
 
 
+@per_row
+def _rewind(lay: Layout, stored: NDArray[np.float64], r: int, A: NDArray[np.float64],
+            leaf: NDArray[np.int32]) -> None:
+    """Margins ``A`` (rows, K) moved back to those entering round ``r`` (``leaf`` (trees of the
+    round, rows) their leaves): :func:`.common.add_round`'s order, tree by tree."""
+    t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
+    for q in range(t1 - t0):
+        c = lay.out[t0 + q] & INDEX
+        base = lay.leaf_off[t0 + q]
+        for i in range(A.shape[0]):
+            A[i, c] += -1.0 * stored[(base + leaf[q, i]) & INDEX]
+
+
+@per_row
+def _step_row(A: NDArray[np.float64], u_before: NDArray[np.float64], first: NDArray[np.int64],
+              leaf: NDArray[np.int32], cls: NDArray[np.int64], rs0: int, i: int, vec: NDArray[np.float64],
+              slot: NDArray[np.int64]) -> None:
+    """Row ``i``'s margins at a step, ``vec`` (K,) (:func:`.common.step_point`'s), and each tree's
+    slot of the row's leaf in the step from the round's first, ``slot`` (trees of the round,);
+    ``first`` each tree's first slot in the step."""
+    for c in range(vec.shape[0]):
+        vec[c] = A[i, c]
+    for q in range(cls.shape[0]):
+        vec[cls[q]] += u_before[(first[q] + leaf[q, i]) & INDEX]
+    for q in range(cls.shape[0]):
+        slot[q] = (first[q] + leaf[q, i] - rs0) & INDEX
+
+
+@per_row
+def _step_terms(
+    gT: NDArray[np.float64], dT: NDArray[np.float64], slot: NDArray[np.int64], cls: NDArray[np.int64],
+    nw: NDArray[np.bool_], g: NDArray[np.float64], h: NDArray[np.float64], wj: float,
+    beta: NDArray[np.float64], gamma: NDArray[np.float64], acc: NDArray[np.float64],
+) -> None:
+    """A row's terms of one step (:func:`.plain.row_adjoints`' order), from the leaf-sum adjoints
+    of its trees' slots ``gT[slot[q]]``, ``dT[slot[q]]`` (B,) and its gradient ``g`` and hessian
+    ``h`` (K,): ``beta[c]`` (K, B) is ``w_j`` times the sum of ``gT`` over class ``c``'s trees,
+    ``gamma[c]`` that of ``dT`` over its Newton trees, ``acc`` (B,) the row's weight adjoint, the
+    sum over trees of ``gT g_c + dT h_c`` (``gT g_c + dT`` for a gradient tree). One objective
+    scalar, a batch's innermost (the loops over a batch of one made one test point of a 3-class
+    ``LGBMClassifier()`` on Adult 1.2x slower)."""
+    B = acc.shape[0]
+    K = beta.shape[0]
+    if B == 1:
+        acc1 = 0.0
+        for c in range(K):
+            beta[c, 0] = 0.0
+            gamma[c, 0] = 0.0
+        for q in range(cls.shape[0]):
+            c = cls[q]
+            gb, dd = gT[slot[q] & INDEX, 0], dT[slot[q] & INDEX, 0]
+            beta[c, 0] += wj * gb
+            if nw[q]:
+                gamma[c, 0] += wj * dd
+                acc1 += gb * g[c] + dd * h[c]
+            else:
+                acc1 += gb * g[c] + dd
+        acc[0] = acc1
+        return
+    for b in range(B):
+        acc[b] = 0.0
+    for c in range(K):
+        for b in range(B):
+            beta[c, b] = 0.0
+            gamma[c, b] = 0.0
+    for q in range(cls.shape[0]):
+        c = cls[q]
+        gq, dq = gT[slot[q] & INDEX], dT[slot[q] & INDEX]
+        if nw[q]:
+            for b in range(B):
+                beta[c, b] += wj * gq[b]
+                gamma[c, b] += wj * dq[b]
+                acc[b] += gq[b] * g[c] + dq[b] * h[c]
+        else:
+            for b in range(B):
+                beta[c, b] += wj * gq[b]
+                acc[b] += gq[b] * g[c] + dq[b]
+
+
 @_internal
 def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per row costs more than its arithmetic
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, r: int, j0: int, j1: int, work: Work,
 ) -> None:
-    """Rows ``j0 .. j1 - 1`` through round ``r``'s row level: their margins moved back to those
-    entering the round, then each step's weight adjoints ``work.w_rows`` and margin adjoints
-    ``work.a_bar`` from its leaf-sum adjoints ``work.gT``, ``work.dT``. The arithmetic of
-    :func:`.plain.row_adjoints` with :func:`..losses.point`, :func:`..losses.grad_hess` and
-    :func:`..losses.vjp` of the softmax written out, in the same order (what does not depend on
-    the objective taken out of its loop)."""
+    """Rows ``j0 .. j1 - 1`` of a softmax model through round ``r``'s row level: their margins
+    moved back to those entering the round, then each step's weight adjoints ``work.w_rows`` and
+    margin adjoints ``work.a_bar`` from its leaf-sum adjoints ``work.gT``, ``work.dT``. The
+    arithmetic of :func:`.plain.row_adjoints` with :func:`..losses.point`,
+    :func:`..losses.grad_hess` and :func:`..losses.vjp` of the softmax written out, in the same
+    order (what does not depend on the objective taken out of its loop)."""
     # The rows counted from 0 over arrays sliced from j0, every other index masked (.indexing.INDEX),
     # the row's scratch allocated here (the compiler then knows no store to the adjoints changes it).
     A, a_bar, w_rows = work.A[j0:j1], work.a_bar[j0:j1], work.w_rows[j0:j1]
     y, w = rows.y[j0:j1], rows.w[j0:j1]
-    gT, dT = work.gT, work.dT
-    leaf_off, out, sl_off, step_ptr = lay.leaf_off, lay.out, lay.sl_off, lay.step_ptr
-    u_before, stored, newton = sums.u_before, sums.stored, trees.newton
     K = A.shape[1]
-    B = gT.shape[1]
+    B = work.gT.shape[1]
     p4 = params4(loss.prm)
     floor, factor = p4[0], p4[1]
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     leaf = lay.leaf[t0:t1, j0:j1]  # (trees of the round, rows)
-    rs0 = sl_off[step_ptr[t0]]
+    rs0 = lay.sl_off[lay.step_ptr[t0]]
     z, g, h, vec, slope = np.empty(K), np.empty(K), np.empty(K), np.empty(K), np.empty(K)
     beta, gamma, V = np.empty((K, B)), np.empty((K, B)), np.empty((K, B))
     acc, tot = np.empty(B), np.empty(B)
     curved = np.empty(K, dtype=np.bool_)
     slot = np.empty(t1 - t0, dtype=np.int64)
-    cls, nw = out[t0:t1] & INDEX, newton[t0:t1]
-    for q in range(t1 - t0):  # (common.add_round's order: tree by tree)
-        c = cls[q]
-        base = leaf_off[t0 + q]
-        for i in range(j1 - j0):
-            A[i, c] += -1.0 * stored[(base + leaf[q, i]) & INDEX]
+    cls, nw = lay.out[t0:t1] & INDEX, trees.newton[t0:t1]
+    _rewind(lay, sums.stored, r, A, leaf)
     for s in range(trees.n_steps[t0]):
-        first = sl_off[step_ptr[t0:t1] + s]  # each tree's first slot in the step
+        first = lay.sl_off[lay.step_ptr[t0:t1] + s]  # each tree's first slot in the step
         for i in range(j1 - j0):
             wj = w[i]
-            for c in range(K):  # the row's point at the step (common.step_point, losses.point)
-                vec[c] = A[i, c]
-            for q in range(t1 - t0):
-                vec[cls[q]] += u_before[(first[q] + leaf[q, i]) & INDEX]
-            top = vec.max()
+            _step_row(A, sums.u_before, first, leaf, cls, rs0, i, vec, slot)
+            top = vec.max()  # losses.point
             total = 0.0
             for c in range(K):
                 z[c] = math.exp(vec[c] - top)
@@ -162,25 +234,9 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
                 h[c] = max(hc, floor)
                 curved[c] = hc >= floor
                 slope[c] = 1.0 - 2.0 * z[c]
-            for q in range(t1 - t0):  # each tree's slot of the row's leaf in the step
-                slot[q] = (first[q] + leaf[q, i] - rs0) & INDEX
-            if B == 1:  # one objective: the same operations, scalar (the loops over a batch of one, or
-                # these in a function given the arrays, made one test point of a 3-class LGBMClassifier()
-                # on Adult 1.2x slower)
-                acc1 = 0.0
-                for c in range(K):
-                    beta[c, 0] = 0.0
-                    gamma[c, 0] = 0.0
-                for q in range(t1 - t0):
-                    c = cls[q]
-                    gb, dd = gT[slot[q] & INDEX, 0], dT[slot[q] & INDEX, 0]
-                    beta[c, 0] += wj * gb
-                    if nw[q]:
-                        gamma[c, 0] += wj * dd
-                        acc1 += gb * g[c] + dd * h[c]
-                    else:
-                        acc1 += gb * g[c] + dd
-                w_rows[i, 0] += acc1
+            _step_terms(work.gT, work.dT, slot, cls, nw, g, h, wj, beta, gamma, acc)
+            if B == 1:  # one objective: the same operations, scalar (see _step_terms)
+                w_rows[i, 0] += acc[0]
                 total1 = 0.0
                 for c in range(K):
                     if curved[c]:
@@ -192,24 +248,6 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
                     a_bar[i, c, 0] += V[c, 0] - z[c] * total1
                 continue
             # The objectives, innermost (contiguous): each one's operations in the general sweep's order.
-            for b in range(B):
-                acc[b] = 0.0
-            for c in range(K):
-                for b in range(B):
-                    beta[c, b] = 0.0
-                    gamma[c, b] = 0.0
-            for q in range(t1 - t0):
-                c = cls[q]
-                gq, dq = gT[slot[q] & INDEX], dT[slot[q] & INDEX]
-                if nw[q]:
-                    for b in range(B):
-                        beta[c, b] += wj * gq[b]
-                        gamma[c, b] += wj * dq[b]
-                        acc[b] += gq[b] * g[c] + dq[b] * h[c]
-                else:
-                    for b in range(B):
-                        beta[c, b] += wj * gq[b]
-                        acc[b] += gq[b] * g[c] + dq[b]
             for b in range(B):
                 w_rows[i, b] += acc[b]
                 tot[b] = 0.0  # losses.vjp
@@ -225,6 +263,59 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
             for c in range(K):
                 for b in range(B):
                     a_bar[i, c, b] += V[c, b] - z[c] * tot[b]
+
+
+@_internal
+def _separable_row_pass(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, r: int, j0: int, j1: int, work: Work,
+) -> None:
+    """:func:`_row_pass` for a loss whose outputs do not interact (each output's gradient and
+    hessian depend on its own margin alone): one-vs-all (each class's sigmoid log loss) and
+    multi-target squared error, with :func:`..losses.grad_hess` and :func:`..losses.vjp` of
+    each written out in the same order."""
+    A, a_bar, w_rows = work.A[j0:j1], work.a_bar[j0:j1], work.w_rows[j0:j1]
+    y, w = rows.y[j0:j1], rows.w[j0:j1]
+    K = A.shape[1]
+    B = work.gT.shape[1]
+    floor = params4(loss.prm)[0]
+    ova = loss.code == ONE_VS_ALL
+    t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
+    leaf = lay.leaf[t0:t1, j0:j1]
+    # g, h; v: one-vs-all's dg/dm = p (1 - p); spread: its (1 - p) - p, dh/dm over dg/dm
+    g, h, v, spread, vec = np.empty(K), np.empty(K), np.empty(K), np.empty(K), np.empty(K)
+    beta, gamma, acc = np.empty((K, B)), np.empty((K, B)), np.empty(B)
+    curved = np.empty(K, dtype=np.bool_)
+    slot = np.empty(t1 - t0, dtype=np.int64)
+    cls, nw = lay.out[t0:t1] & INDEX, trees.newton[t0:t1]
+    _rewind(lay, sums.stored, r, A, leaf)
+    for s in range(trees.n_steps[t0]):
+        first = lay.sl_off[lay.step_ptr[t0:t1] + s]
+        for i in range(j1 - j0):
+            _step_row(A, sums.u_before, first, leaf, cls, lay.sl_off[lay.step_ptr[t0]], i, vec, slot)
+            for c in range(K):
+                if ova:  # losses.point (p, 1 - p), grad_hess and the vjp's factors
+                    p, q = sigmoid_pair(vec[c])
+                    g[c] = p - (1.0 if y[i, 0] == c else 0.0)
+                    v[c] = p * q
+                    h[c] = max(v[c], floor)
+                    curved[c] = v[c] >= floor
+                    spread[c] = q - p
+                else:  # the point is the margins; dg/dm = 1, dh/dm = 0
+                    g[c] = vec[c] - y[i, c]
+                    h[c] = max(1.0, floor)
+            _step_terms(work.gT, work.dT, slot, cls, nw, g, h, w[i], beta, gamma, acc)
+            for b in range(B):
+                w_rows[i, b] += acc[b]
+            for c in range(K):  # losses.vjp
+                if not ova:
+                    for b in range(B):
+                        a_bar[i, c, b] += beta[c, b]
+                elif curved[c]:
+                    for b in range(B):
+                        a_bar[i, c, b] += beta[c, b] * v[c] + gamma[c, b] * v[c] * spread[c]
+                else:
+                    for b in range(B):
+                        a_bar[i, c, b] += beta[c, b] * v[c] + 0.0
 
 
 @_internal
@@ -339,8 +430,10 @@ def sweep(
         barrier(bar, n_team)
         if _is_joint(lay, joint, r):
             _joint_row_pass(lay, rows, sums, r, j0, j1, work)
-        else:
+        elif loss.code == SOFTMAX:
             _row_pass(lay, trees, rows, loss, sums, r, j0, j1, work)
+        else:
+            _separable_row_pass(lay, trees, rows, loss, sums, r, j0, j1, work)
         if r > 0:
             _gather(lay, r - 1, _is_joint(lay, joint, r - 1), work.a_bar, j0, j1, work.PT)
         barrier(bar, n_team)
@@ -352,10 +445,10 @@ def sweep(
 
 
 def applies(st: State) -> bool:
-    """Whether :func:`reverse` sweeps this model: a softmax over several outputs, its rounds plain
-    or joint. (Decided by the model alone, never by the batch or the threads: the scores must not
-    depend on them.)"""
-    return st.loss.K > 1 and st.loss.code == SOFTMAX and st.renewed is None
+    """Whether :func:`reverse` sweeps this model: several outputs (a softmax, its rounds plain or
+    joint; one-vs-all; multi-target squared error), no renewed leaves. (Decided by the model alone,
+    never by the batch or the threads: the scores must not depend on them.)"""
+    return st.loss.K > 1 and st.loss.code in (SOFTMAX, ONE_VS_ALL, MULTI_SQUARED) and st.renewed is None
 
 
 def reverse(
