@@ -76,7 +76,7 @@ CONFIGURATIONS: dict[str, tuple[str, int, dict[str, Any]]] = {
     "gradient_steps": ("squared_error", 1, dict(newton=False, n_steps=3, step_scales=[1.0, 0.5, 1.0],
                                                 l2_per_mean_weight=1.0, base_rule="mean")),
     "softmax": ("softmax", 3, dict(base_rule="mean")),
-    # a loss whose outputs do not interact (its reverse sweep: reverse_softmax._separable_row_pass)
+    # a loss whose outputs do not interact (its reverse sweep: reverse_multi._separable_row_pass)
     "one_vs_all": ("one_vs_all", 3, dict(base_rule="mean")),
     "joint_softmax": ("softmax", 3, dict(full_hessian=True, l2_per_mean_weight=1.0, float32_l2=True,
                                          **_factors(3))),

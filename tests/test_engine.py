@@ -19,7 +19,7 @@ from engine_reference import Spec, balanced_counts, balanced_weights, loss_value
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from influence_gbdt.engine import InfluenceEngine, TestPoints, passes, resolve_rows, reverse1, reverse_softmax
+from influence_gbdt.engine import InfluenceEngine, TestPoints, passes, resolve_rows, reverse1, reverse_multi
 from influence_gbdt.engine.common import ALL
 from influence_gbdt.engine.core import _team_batches
 from influence_gbdt.engine.leafrows import leaf_rows
@@ -92,7 +92,7 @@ CONFIGS = {
 }
 ROWS = np.arange(0, 60, 5)
 K1 = [name for name, config in CONFIGS.items() if config.get("K", 1) == 1]
-#: The multi-output models a team sweeps (``engine.reverse_softmax``): softmax, its rounds plain or
+#: The multi-output models a team sweeps (``engine.reverse_multi``): softmax, its rounds plain or
 #: joint, one-vs-all, multi-target; those with plain rounds only (the general sweep,
 #: ``passes.reverse``, sweeps them too).
 MULTI = [name for name, config in CONFIGS.items() if config.get("K", 1) > 1 and "renew" not in config]
@@ -271,14 +271,14 @@ def test_a_batch_scores_each_point_as_its_own_sweep_for_any_thread_count(
 def test_the_multi_output_team_sweep_equals_the_general_sweep(
     name: str, n: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``engine.reverse_softmax`` against the general sweep (``passes.reverse``), the reference it
+    """``engine.reverse_multi`` against the general sweep (``passes.reverse``), the reference it
     writes out: bit for bit where the rows make one chunk (the same additions in the same order),
     and within 1e-13 relative where a leaf's sum over 4 chunks of rows runs chunk by chunk (each a
     sum of ~4,000 terms, off by a few ulps of the largest: measured 3e-16 relative on Adult)."""
     spec = random_spec(3, n=n, m=5, **CONFIGS[name])
     engine, test = InfluenceEngine(spec.ensemble()), TestPoints(spec.test_leaf, spec.offset_test, spec.y_test)
     calls = {"n": 0}
-    team_sweep = reverse_softmax.reverse
+    team_sweep = reverse_multi.reverse
 
     def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
         calls["n"] += 1
@@ -286,11 +286,11 @@ def test_the_multi_output_team_sweep_equals_the_general_sweep(
 
     kws = ({}, {"aggregate": "mean"}, {"on": "prediction", "output": spec.K - 1})
     with monkeypatch.context() as patch:
-        patch.setattr(reverse_softmax, "reverse", counted)
+        patch.setattr(reverse_multi, "reverse", counted)
         team = [engine.influence_reverse(test, **kw) for kw in kws]
     assert calls["n"] >= len(kws)  # the team's sweep ran (once per batch of test points)
     with monkeypatch.context() as patch:
-        patch.setattr(reverse_softmax, "applies", lambda st: False)
+        patch.setattr(reverse_multi, "applies", lambda st: False)
         general = [engine.influence_reverse(test, **kw) for kw in kws]
     for got, expected in zip(team, general, strict=True):
         if n <= CHUNK_ROWS:
@@ -301,7 +301,7 @@ def test_the_multi_output_team_sweep_equals_the_general_sweep(
 
 @pytest.mark.parametrize("name", [name for name in MULTI if CONFIGS[name].get("joint")])
 def test_the_joint_team_sweep_equals_forward_mode_over_chunks_of_rows(name: str) -> None:
-    """Joint rounds have no general sweep to compare with: ``engine.reverse_softmax`` sweeps them
+    """Joint rounds have no general sweep to compare with: ``engine.reverse_multi`` sweeps them
     (on 12,411 rows, 4 chunks) against forward mode, an independent computation (each row's
     derivatives pushed through the rounds). Within 1e-9 relative: measured 1e-14 to 7e-13, while
     merely permuting the training rows moved the former general sweep's scores of these models by

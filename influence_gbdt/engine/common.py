@@ -111,7 +111,7 @@ def add_round(lay: Layout, r: int, A: NDArray[np.float64], values: NDArray[np.fl
 
 @_internal
 def start_leaf_sums(lay: Layout, r: int, c_leaf: NDArray[np.float64], PT: NDArray[np.float64]) -> None:
-    """A team's reverse sweep (:mod:`.reverse1`, :mod:`.reverse_softmax`): round ``r``'s leaf
+    """A team's reverse sweep (:mod:`.reverse1`, :mod:`.reverse_multi`): round ``r``'s leaf
     adjoints from the test side ``c_leaf`` (B, n_total) in the first chunk's sums ``PT[0]``
     (leaves of the round, B), the other chunks' sums zero."""
     rl0 = lay.leaf_off[lay.round_ptr[r]]

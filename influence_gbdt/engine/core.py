@@ -38,7 +38,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..ensemble import TreeEnsemble
 from ..errors import InputError, ReproductionError
-from . import passes, reverse1, reverse_softmax, team
+from . import passes, reverse1, reverse_multi, team
 from .base import BaseMargin, products
 from .common import ALL, NONE, TOPK, leaf_sums
 from .scores import scores_into
@@ -464,7 +464,7 @@ class InfluenceEngine:
         if reverse1.applies(self._state):  # swept padded: the padded width within the limit too
             per_batch = reverse1.widest(per_batch)
         out = np.empty((idx.size, m))
-        teamed = reverse1.applies(self._state) or reverse_softmax.applies(self._state)
+        teamed = reverse1.applies(self._state) or reverse_multi.applies(self._state)
         whole_team = teamed and team.n_chunks(e.n_rows) >= self.n_threads
         if whole_team or (m <= per_batch and m < 2 * self.n_threads):
             # One sweep per batch, its rows split over the threads, batches in turn: a row's leaf and
@@ -612,8 +612,8 @@ class InfluenceEngine:
         B = c_leaf.shape[0]
         if reverse1.applies(st):
             w_rows, a0_bar, big_w_bar = reverse1.reverse(st, self._margin, c_leaf, team, concurrent)
-        elif reverse_softmax.applies(st):
-            w_rows, a0_bar, big_w_bar = reverse_softmax.reverse(st, self._margin, c_leaf, team)
+        elif reverse_multi.applies(st):
+            w_rows, a0_bar, big_w_bar = reverse_multi.reverse(st, self._margin, c_leaf, team)
         else:
             w_bar, a0_bar, big_w_bar = passes.reverse(st.lay, st.trees, st.rows, st.loss, st.sums, st.cache,
                                                       st.renewed, self._margin, np.ascontiguousarray(c_leaf),

@@ -1,7 +1,7 @@
 """The joint leaf rule (numba): one Newton step for all ``K`` trees of a round with the full softmax
 hessian (CatBoost's MultiClass leaves). Private to the engine; its passes: :func:`replay_round`,
 :func:`leaf_adjoints` (reverse mode's leaf level; the row level is
-:func:`.reverse_softmax._joint_row_pass`, on a team of threads), :func:`add_row_derivative` with
+:func:`.reverse_multi._joint_row_pass`, on a team of threads), :func:`add_row_derivative` with
 :func:`forward_steps`, :func:`refit_round`.
 
 In a joint round the trees ``t0 + c`` (output ``c``) share one structure. Per leaf, with
