@@ -94,13 +94,13 @@ class BoostingInfluence:
     n_threads : int, optional
         Threads for :meth:`fit` and scoring; default: every core (numba's thread count, which
         ``NUMBA_NUM_THREADS`` sets), as the boosters use them. :meth:`fit`'s replay of the trees
-        splits each pass over the training rows over them (except on models with CatBoost's joint
-        MultiClass rounds or renewed quantile/L1 leaves, replayed on one thread); test points or
-        an aggregate are swept in batches, each sweep's rows split over them (every model but
-        those with renewed quantile/L1 leaves, whose batches take a thread each); LeafRefit and
-        forward mode split the training rows they score, and fewer rows than threads each split
-        their passes over the training rows over a share of them (one-output models without
-        renewed leaves, not ``single_point``). Results are the same, bit for bit, for any count.
+        splits each pass over the training rows over them, and test points or an aggregate are
+        swept in batches, each sweep's rows split over them (every model but those with renewed
+        quantile/L1 leaves, replayed on one thread and whose batches take a thread each);
+        LeafRefit and forward mode split the training rows they score, and fewer rows than
+        threads each split their passes over the training rows over a share of them (one-output
+        models without renewed leaves, not ``single_point``). Results are the same, bit for bit,
+        for any count.
 
     Attributes
     ----------

@@ -212,6 +212,31 @@ def step_point(
 
 
 @per_row
+def probabilities(A: NDArray[np.float64], j: int, p: NDArray[np.float64]) -> None:
+    """``p = softmax(A[j])`` (a joint round's one step starts at the row's margins ``A[j]``)."""
+    K = A.shape[1]
+    top = A[j, 0]
+    for c in range(1, K):
+        top = max(top, A[j, c])
+    total = 0.0
+    for c in range(K):
+        p[c] = np.exp(A[j, c] - top)
+        total += p[c]
+    for c in range(K):
+        p[c] /= total
+
+
+@_internal
+def round_slots(lay: Layout, r: int) -> NDArray[np.int64]:
+    """The first step-leaf slot of each tree of round ``r`` (its one step), shape (K,)."""
+    t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
+    slots = np.empty(t1 - t0, dtype=np.int64)
+    for c in range(t1 - t0):
+        slots[c] = lay.sl_off[lay.step_ptr[t0 + c]]
+    return slots
+
+
+@per_row
 def add_hessian_row(z: NDArray[np.float64], c: int, w: float, out: NDArray[np.float64]) -> None:
     """``out += w * P[c]``: row ``c`` of the softmax hessian at probabilities ``z``, weighted (the
     sums of a joint round, :mod:`.joint`)."""

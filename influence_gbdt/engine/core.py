@@ -97,7 +97,7 @@ class InfluenceEngine:
     n_threads : int, optional
         Threads (default: numba's thread count, every core unless ``NUMBA_NUM_THREADS`` says
         otherwise): the replay at construction splits its passes over the rows over them (models
-        without joint or renewed rounds); scoring splits the test points' batches of reverse mode
+        without renewed rounds); scoring splits the test points' batches of reverse mode
         (or one sweep's rows), and the scored rows of LeafRefit and forward mode (fewer of them
         than threads: each row's passes over the rows over a team, :mod:`.pointjobs`). Results do not
         depend on it, bit for bit (each sum is summed in one order whatever the threads). Settable

@@ -25,7 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .. import _jit as numba
-from .common import add_hessian_row, clear_sums, l2_term, per_row
+from .common import l2_term, per_row, probabilities, round_slots
 from .plain import refit_round_sums
 from .state import Joint, Layout, LossSpec, Rows, Sums, Trees
 
@@ -35,52 +35,6 @@ _per_row = per_row
 
 #: float32 machine epsilon: the booster's floor of the l2 term relative to the hessian's diagonal.
 FLT_EPSILON = np.float32(np.finfo(np.float32).eps)
-
-
-@_per_row
-def probabilities(A: NDArray[np.float64], j: int, p: NDArray[np.float64]) -> None:
-    """``p = softmax(A[j])`` (a joint round's one step starts at the row's margins ``A[j]``)."""
-    K = A.shape[1]
-    top = A[j, 0]
-    for c in range(1, K):
-        top = max(top, A[j, c])
-    total = 0.0
-    for c in range(K):
-        p[c] = np.exp(A[j, c] - top)
-        total += p[c]
-    for c in range(K):
-        p[c] /= total
-
-
-@_internal
-def replay_sums(lay: Layout, rows: Rows, sums: Sums, joint: Joint, r: int, A: NDArray[np.float64]) -> None:
-    """The original replay's leaf sums of joint round ``r`` at the margins ``A`` entering it:
-    ``G``, ``H`` (the diagonal), ``HX`` and, with group sums, ``GV``, ``HV``, ``HXV`` of the one
-    step's slots. Scalar code per row (no calls): the replay's hot loop."""
-    n, K = A.shape
-    t0 = lay.round_ptr[r]
-    slot = round_slots(lay, r)
-    L = lay.leaf_off[t0 + 1] - lay.leaf_off[t0]
-    groups = sums.GV.shape[0] > 0
-    for c in range(K):
-        clear_sums(sums, joint, slot[c], L)
-    p = np.empty(K)
-    for j in range(n):
-        probabilities(A, j, p)
-        lab = int(rows.y[j, 0])
-        wj = rows.w[j]
-        lj = lay.leaf[t0, j]
-        for c in range(K):
-            sl = slot[c] + lj
-            g = p[c] - (1.0 if lab == c else 0.0)
-            sums.G[sl] += wj * g
-            sums.H[sl] += wj * p[c] * (1.0 - p[c])
-            add_hessian_row(p, c, wj, joint.HX[sl])
-            if groups:
-                q = rows.grp[j]
-                sums.GV[sl, q] += rows.v[j] * g
-                sums.HV[sl, q] += rows.v[j] * p[c] * (1.0 - p[c])
-                add_hessian_row(p, c, rows.v[j], joint.HXV[sl, q * K : (q + 1) * K])
 
 
 @_internal
@@ -145,16 +99,6 @@ def _spd_inverse(M: NDArray[np.float64], out: NDArray[np.float64]) -> bool:
 
 
 @_internal
-def round_slots(lay: Layout, r: int) -> NDArray[np.int64]:
-    """The first step-leaf slot of each tree of round ``r`` (its one step), shape (K,)."""
-    t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
-    slots = np.empty(t1 - t0, dtype=np.int64)
-    for c in range(t1 - t0):
-        slots[c] = lay.sl_off[lay.step_ptr[t0 + c]]
-    return slots
-
-
-@_internal
 def round_steps(
     lay: Layout, trees: Trees, sums: Sums, joint: Joint, r: int, lam_term: float, G: NDArray[np.float64],
     HX: NDArray[np.float64], slot0: NDArray[np.int64], d: NDArray[np.float64], record: bool,
@@ -187,13 +131,13 @@ def round_steps(
 
 @_internal
 def replay_round(
-    lay: Layout, trees: Trees, rows: Rows, sums: Sums, joint: Joint, r: int, A: NDArray[np.float64],
-    mean_w: float, u: NDArray[np.float64], d: NDArray[np.float64],
+    lay: Layout, trees: Trees, sums: Sums, joint: Joint, r: int, mean_w: float, u: NDArray[np.float64],
+    d: NDArray[np.float64],
 ) -> None:
-    """Round ``r``'s one joint step into the in-tree moves ``u``, recording the replay's caches."""
+    """Round ``r``'s one joint step into the in-tree moves ``u``, from its leaf sums (the team's
+    :func:`chunk_sums`, added by :func:`add_chunk_sums`), recording the replay's caches."""
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     rl0 = lay.leaf_off[t0]
-    replay_sums(lay, rows, sums, joint, r, A)
     round_steps(lay, trees, sums, joint, r, l2_term(trees, t0, mean_w), sums.G, joint.HX, round_slots(lay, r),
                 d, True)
     for gl in range(rl0, lay.leaf_off[t1]):

@@ -39,7 +39,7 @@ from .. import _jit as numba
 from ..losses import MULTI_SQUARED, ONE_VS_ALL, SOFTMAX, params4, sigmoid_pair
 from . import joint as joint_rule
 from . import team
-from .common import add_chunk_sums, per_row, start_leaf_sums
+from .common import add_chunk_sums, per_row, probabilities, round_slots, start_leaf_sums
 from .indexing import INDEX
 from .plain import leaf_adjoints
 from .state import Joint, Layout, LossSpec, Rows, State, Sums, Trees, largest_round
@@ -336,7 +336,7 @@ def _joint_row_pass(  # noqa: C901 -- one loop over the rows, written out (as _r
     t0 = lay.round_ptr[r]
     leaf = lay.leaf[t0][j0:j1]  # the round's trees share the first one's structure
     rs0 = lay.sl_off[lay.step_ptr[t0]]
-    slot = joint_rule.round_slots(lay, r) - rs0
+    slot = round_slots(lay, r) - rs0
     off = lay.leaf_off[t0 : t0 + K]
     p, g, dl = np.empty(K), np.empty(K), np.empty(K)
     k = np.empty(K, dtype=np.int64)
@@ -345,7 +345,7 @@ def _joint_row_pass(  # noqa: C901 -- one loop over the rows, written out (as _r
         lj = leaf[i]
         for c in range(K):
             A[i, c] -= stored[(off[c] + lj) & INDEX]
-        joint_rule.probabilities(A, i, p)
+        probabilities(A, i, p)
         lab = int(y[i, 0])
         wj = w[i]
         pd = 0.0  # what does not depend on the objective first

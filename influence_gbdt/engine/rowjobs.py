@@ -1,8 +1,9 @@
 """The replay's passes over the rows, shared by a team of threads (numba). Private to the engine.
 
 The replay (:func:`.passes.replay`) walks the rounds on thread 0, the driver. At each pass over
-the rows -- a leaf step's sums (:func:`step_sums`), a backtracking try's objective
-(:func:`try_objective`), a round's margin update (:func:`add_round`) -- the driver *posts* a job that
+the rows -- a leaf step's sums (:func:`step_sums`, a joint round's :func:`joint_sums`), a
+backtracking try's objective (:func:`try_objective`), a round's margin update (:func:`add_round`)
+-- the driver *posts* a job that
 every thread of the team (:mod:`.team`) does on its own chunks of :data:`.team.CHUNK_ROWS` rows
 (for an objective: its share of the objective's parts, :mod:`.objective`); the other threads wait
 for jobs in :func:`serve`. The driver then adds the chunks' results in
@@ -21,7 +22,15 @@ from numpy.typing import NDArray
 from .. import _jit as numba
 from ..losses import grad_hess, jvp, params4, point, point1, point1_exp, step_derivs1, weighted
 from . import objective
-from .common import cache_slot, clear_sums, keep_point, per_row, row_margin
+from .common import (
+    cache_slot,
+    clear_sums,
+    keep_point,
+    per_row,
+    probabilities,
+    round_slots,
+    row_margin,
+)
 from .fastobj import SumOrder, new_sum_order
 from .indexing import INDEX
 from .state import Backtrack, Cache, Joint, Layout, LossSpec, Rows, Sums, Trees
@@ -30,7 +39,7 @@ from .team import CHUNK_ROWS, barrier, n_chunks, own_rows
 _internal = numba.njit(cache=True, nogil=True, internal=True)
 
 #: Job codes (``Work.job[0]``).
-SUMS, OBJECTIVE, ADD, STOP = 1, 2, 3, 4
+SUMS, OBJECTIVE, ADD, STOP, JOINT = 1, 2, 3, 4, 5
 
 
 class Work(NamedTuple):
@@ -41,6 +50,8 @@ class Work(NamedTuple):
     job: NDArray[np.int64]  # (4,) the posted job: code and three arguments
     P: NDArray[np.float64]  # (chunks, most step-leaf slots of a round, 4 + 2 G) each chunk's sums
     # of w g, w h, w dg/dm, w dh/dm (and per group v g, v h) per step-leaf slot of the round
+    PJ: NDArray[np.float64]  # (chunks, most slots of a joint round, (G + 1) (2 + K)) each chunk's
+    # joint sums (:func:`_joint_rows`); (0, 0, 0) for a model without joint rounds
     parts: NDArray[np.float64]  # (most objective parts, 2) a try's objective, part by part
     u: NDArray[np.float64]  # (n_total,) in-tree moves of the current round's leaves
     step: NDArray[np.float64]  # (n_total,) a backtracking try's leaf steps
@@ -50,11 +61,14 @@ class Work(NamedTuple):
 
 
 def make_work(n_team: int, n: int, n_groups: int, n_total: int, most_leaves: int, most_slots: int, parts: int,
-              fast_rows: int) -> Work:
+              fast_rows: int, joint_K: int = 0) -> Work:
     """A :class:`Work` for a team of ``n_team`` (``parts``: most parts of a try's objective;
-    ``fast_rows``: rows the booster's own objective arithmetic sums, ``n`` or 0)."""
+    ``fast_rows``: rows the booster's own objective arithmetic sums, ``n`` or 0; ``joint_K``: the
+    outputs of a model with joint rounds, else 0)."""
+    pj = (n_chunks(n), most_slots, (n_groups + 1) * (2 + joint_K)) if joint_K else (0, 0, 0)
     return Work(n_team=n_team, bar=np.zeros(2, dtype=np.int64), job=np.zeros(4, dtype=np.int64),
-                P=np.zeros((n_chunks(n), most_slots, 4 + 2 * n_groups)), parts=np.zeros((max(parts, 1), 2)),
+                P=np.zeros((n_chunks(n), most_slots, 4 + 2 * n_groups)), PJ=np.zeros(pj),
+                parts=np.zeros((max(parts, 1), 2)),
                 u=np.zeros(n_total), step=np.zeros(n_total), dl=np.empty(most_leaves), point_buf=np.empty(n),
                 order=new_sum_order(fast_rows))
 
@@ -142,6 +156,75 @@ def _sums_rows(  # noqa: C901 -- one loop over the rows; its multi-output branch
 
 
 @_internal
+def _joint_rows(lay: Layout, rows: Rows, r: int, A: NDArray[np.float64], j0: int, j1: int,
+               S: NDArray[np.float64]) -> None:
+    """The replay's leaf sums of joint round ``r`` over rows ``j0 .. j1 - 1`` (one chunk) at the
+    margins ``A`` entering it, into ``S`` (slots of the round, (G + 1) (2 + K)), zeroed first: per
+    step-leaf slot (from the round's first) ``G``, ``H`` (the diagonal) and ``HX`` (K), then, with
+    ``G`` weight groups, group ``q``'s ``GV``, ``HV``, ``HXV`` (K) at ``(q + 1) (2 + K)``. Rows in
+    order; scalar code per row (no calls): the replay's hot loop."""
+    K = A.shape[1]
+    t0 = lay.round_ptr[r]
+    slot = round_slots(lay, r) - lay.sl_off[lay.step_ptr[t0]]
+    width = 2 + K
+    groups = S.shape[1] > width
+    S[:] = 0.0
+    p = np.empty(K)
+    # Arrays taken out of their groups once, no per-row views (each costs atomic reference counts:
+    # with them, a 3-class CatBoostClassifier()'s replay on one thread took 1.2x as long), slots
+    # masked (.indexing.INDEX); add_hessian_row's arithmetic written out.
+    y, w, v, grp, leaf = rows.y, rows.w, rows.v, rows.grp, lay.leaf[t0]
+    for j in range(j0, j1):
+        probabilities(A, j, p)
+        lab = int(y[j, 0])
+        wj = w[j]
+        for c in range(K):
+            k = (slot[c] + leaf[j]) & INDEX
+            g = p[c] - (1.0 if lab == c else 0.0)
+            S[k, 0] += wj * g
+            S[k, 1] += wj * p[c] * (1.0 - p[c])
+            for e in range(K):
+                S[k, 2 + e] += wj * p[c] * ((1.0 if c == e else 0.0) - p[e])
+            if groups:
+                o = ((grp[j] + 1) * width) & INDEX
+                vj = v[j]
+                S[k, o] += vj * g
+                S[k, o + 1] += vj * p[c] * (1.0 - p[c])
+                for e in range(K):
+                    S[k, o + 2 + e] += vj * p[c] * ((1.0 if c == e else 0.0) - p[e])
+
+
+@_internal
+def _add_joint_chunks(lay: Layout, sums: Sums, joint: Joint, r: int, P: NDArray[np.float64]) -> None:
+    """Round ``r``'s leaf sums (``sums.G``, ``sums.H``, ``joint.HX`` and the group sums) from its
+    chunks' :func:`_joint_rows` ``P`` (chunks, slots of the round, width), cleared first, then the
+    chunks added in chunk order (for up to 4,096 rows, one chunk: the rows' order)."""
+    t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
+    K = t1 - t0
+    rs0 = lay.sl_off[lay.step_ptr[t0]]
+    L = lay.leaf_off[t0 + 1] - lay.leaf_off[t0]
+    width = 2 + K
+    G = sums.GV.shape[1] if sums.GV.shape[0] > 0 else 0
+    slot = round_slots(lay, r)
+    for c in range(K):
+        clear_sums(sums, joint, slot[c], L)
+    for ch in range(P.shape[0]):
+        for c in range(K):
+            for sl in range(slot[c], slot[c] + L):
+                row = P[ch, sl - rs0]
+                sums.G[sl] += row[0]
+                sums.H[sl] += row[1]
+                for e in range(K):
+                    joint.HX[sl, e] += row[2 + e]
+                for q in range(G):
+                    o = (q + 1) * width
+                    sums.GV[sl, q] += row[o]
+                    sums.HV[sl, q] += row[o + 1]
+                    for e in range(K):
+                        joint.HXV[sl, q * K + e] += row[o + 2 + e]
+
+
+@_internal
 def _sums_rows_one(
     code: int, p4: tuple[float, float, float, float], f32: bool, newton: bool, multi: bool,
     y: NDArray[np.float64], w: NDArray[np.float64], a: NDArray[np.float64], u: NDArray[np.float64],
@@ -199,6 +282,9 @@ def _do(
         for c0 in range(j0, j1, CHUNK_ROWS):
             _sums_rows(lay, trees, rows, loss, cache, a1, a2, a3, A, work.u, c0, min(j1, c0 + CHUNK_ROWS),
                        work.P[c0 // CHUNK_ROWS], scratch, tid, work.point_buf, fill)
+    elif code == JOINT:  # joint round a1's leaf sums
+        for c0 in range(j0, j1, CHUNK_ROWS):
+            _joint_rows(lay, rows, a1, A, c0, min(j1, c0 + CHUNK_ROWS), work.PJ[c0 // CHUNK_ROWS])
     elif code == ADD:  # round a1's stored leaf values added to the margins
         for t in range(lay.round_ptr[a1], lay.round_ptr[a1 + 1]):
             c = lay.out[t]
@@ -287,6 +373,17 @@ def step_sums(
                 for gi in range(G):
                     sums.GV[sl, gi] += Pc[k, 4 + gi]
                     sums.HV[sl, gi] += Pc[k, 4 + G + gi]
+
+
+@_internal
+def joint_sums(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, joint: Joint,
+    bt: Backtrack | None, A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64] | None, r: int,
+) -> None:
+    """Joint round ``r``'s leaf sums at the margins ``A`` entering it (:func:`_joint_rows` chunk by
+    chunk, added in chunk order by :func:`_add_joint_chunks`)."""
+    _post(lay, trees, rows, loss, sums, cache, bt, A, work, scratch, JOINT, r, 0, 0)
+    _add_joint_chunks(lay, sums, joint, r, work.PJ)
 
 
 @_internal
