@@ -73,7 +73,7 @@ def replay(
     """
     n = A.shape[0]
     if tid > 0:
-        serve(tid, lay, trees, rows, loss, sums, cache, bt, A, work, scratch)
+        serve(tid, lay, trees, rows, loss, sums, cache, joint, bt, A, work, scratch)
         return
     mean_w = (rows.w.sum() + rows.outside[0]) / (n + rows.outside[1])
     if bt is not None and bt.bt_obj >= 0:
@@ -99,7 +99,7 @@ def replay(
                 for gl in range(lay.leaf_off[t], lay.leaf_off[t + 1]):
                     sums.values[gl] = trees.lr[t] * u[gl]
                     u[gl] = 0.0
-        add_round_team(lay, trees, rows, loss, sums, cache, bt, A, work, scratch, r)
+        add_round_team(lay, trees, rows, loss, sums, cache, joint, bt, A, work, scratch, r)
     stop(work)
 
 

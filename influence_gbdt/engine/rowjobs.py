@@ -157,41 +157,42 @@ def _sums_rows(  # noqa: C901 -- one loop over the rows; its multi-output branch
 
 @_internal
 def _joint_rows(lay: Layout, rows: Rows, r: int, A: NDArray[np.float64], j0: int, j1: int,
-               S: NDArray[np.float64]) -> None:
-    """The replay's leaf sums of joint round ``r`` over rows ``j0 .. j1 - 1`` (one chunk) at the
-    margins ``A`` entering it, into ``S`` (slots of the round, (G + 1) (2 + K)), zeroed first: per
-    step-leaf slot (from the round's first) ``G``, ``H`` (the diagonal) and ``HX`` (K), then, with
-    ``G`` weight groups, group ``q``'s ``GV``, ``HV``, ``HXV`` (K) at ``(q + 1) (2 + K)``. Rows in
-    order; scalar code per row (no calls): the replay's hot loop."""
+               PJ: NDArray[np.float64]) -> None:
+    """The replay's leaf sums of joint round ``r`` over rows ``j0 .. j1 - 1`` (whole chunks) at the
+    margins ``A`` entering it, each chunk's into ``PJ[chunk]`` (slots of the round, (G + 1) (2 + K)),
+    zeroed first: per step-leaf slot (from the round's first) ``G``, ``H`` (the diagonal) and
+    ``HX`` (K), then, with ``G`` weight groups, group ``q``'s ``GV``, ``HV``, ``HXV`` (K) at
+    ``(q + 1) (2 + K)``. Rows in order; scalar code per row (no calls): the replay's hot loop."""
     K = A.shape[1]
     t0 = lay.round_ptr[r]
     slot = round_slots(lay, r) - lay.sl_off[lay.step_ptr[t0]]
     width = 2 + K
-    groups = S.shape[1] > width
-    S[:] = 0.0
+    groups = PJ.shape[2] > width
+    PJ[j0 // CHUNK_ROWS : -(-j1 // CHUNK_ROWS)] = 0.0
     p = np.empty(K)
     # Arrays taken out of their groups once, no per-row views (each costs atomic reference counts:
     # with them, a 3-class CatBoostClassifier()'s replay on one thread took 1.2x as long), slots
     # masked (.indexing.INDEX); add_hessian_row's arithmetic written out.
     y, w, v, grp, leaf = rows.y, rows.w, rows.v, rows.grp, lay.leaf[t0]
     for j in range(j0, j1):
+        ch = (j // CHUNK_ROWS) & INDEX
         probabilities(A, j, p)
         lab = int(y[j, 0])
         wj = w[j]
         for c in range(K):
             k = (slot[c] + leaf[j]) & INDEX
             g = p[c] - (1.0 if lab == c else 0.0)
-            S[k, 0] += wj * g
-            S[k, 1] += wj * p[c] * (1.0 - p[c])
+            PJ[ch, k, 0] += wj * g
+            PJ[ch, k, 1] += wj * p[c] * (1.0 - p[c])
             for e in range(K):
-                S[k, 2 + e] += wj * p[c] * ((1.0 if c == e else 0.0) - p[e])
+                PJ[ch, k, 2 + e] += wj * p[c] * ((1.0 if c == e else 0.0) - p[e])
             if groups:
                 o = ((grp[j] + 1) * width) & INDEX
                 vj = v[j]
-                S[k, o] += vj * g
-                S[k, o + 1] += vj * p[c] * (1.0 - p[c])
+                PJ[ch, k, o] += vj * g
+                PJ[ch, k, o + 1] += vj * p[c] * (1.0 - p[c])
                 for e in range(K):
-                    S[k, o + 2 + e] += vj * p[c] * ((1.0 if c == e else 0.0) - p[e])
+                    PJ[ch, k, o + 2 + e] += vj * p[c] * ((1.0 if c == e else 0.0) - p[e])
 
 
 @_internal
@@ -271,9 +272,11 @@ def fills_points(lay: Layout, bt: Backtrack | None, r: int) -> bool:
 @_internal
 def _do(
     tid: int, lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache,
-    bt: Backtrack | None, A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64] | None,
+    joint: Joint | None, bt: Backtrack | None, A: NDArray[np.float64], work: Work,
+    scratch: NDArray[np.float64] | None,
 ) -> None:
-    """Thread ``tid``'s share of the posted job."""
+    """Thread ``tid``'s share of the posted job. (``joint`` None: a model without joint rounds,
+    which then compiles none of their code.)"""
     code, a1, a2, a3 = work.job[0], work.job[1], work.job[2], work.job[3]
     n = A.shape[0]
     j0, j1 = own_rows(n, tid, work.n_team)
@@ -283,8 +286,8 @@ def _do(
             _sums_rows(lay, trees, rows, loss, cache, a1, a2, a3, A, work.u, c0, min(j1, c0 + CHUNK_ROWS),
                        work.P[c0 // CHUNK_ROWS], scratch, tid, work.point_buf, fill)
     elif code == JOINT:  # joint round a1's leaf sums
-        for c0 in range(j0, j1, CHUNK_ROWS):
-            _joint_rows(lay, rows, a1, A, c0, min(j1, c0 + CHUNK_ROWS), work.PJ[c0 // CHUNK_ROWS])
+        if joint is not None:
+            _joint_rows(lay, rows, a1, A, j0, j1, work.PJ)
     elif code == ADD:  # round a1's stored leaf values added to the margins
         for t in range(lay.round_ptr[a1], lay.round_ptr[a1 + 1]):
             c = lay.out[t]
@@ -309,28 +312,29 @@ def _do(
 
 @_internal
 def _post(
-    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, bt: Backtrack | None,
-    A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64] | None, code: int, a1: int, a2: int,
-    a3: int,
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, joint: Joint | None,
+    bt: Backtrack | None, A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64] | None, code: int,
+    a1: int, a2: int, a3: int,
 ) -> None:
     """The driver posts a job, does its own share and waits for the team's."""
     work.job[0], work.job[1], work.job[2], work.job[3] = code, a1, a2, a3
     barrier(work.bar, work.n_team)
-    _do(0, lay, trees, rows, loss, sums, cache, bt, A, work, scratch)
+    _do(0, lay, trees, rows, loss, sums, cache, joint, bt, A, work, scratch)
     barrier(work.bar, work.n_team)
 
 
 @_internal
 def serve(
     tid: int, lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache,
-    bt: Backtrack | None, A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64] | None,
+    joint: Joint | None, bt: Backtrack | None, A: NDArray[np.float64], work: Work,
+    scratch: NDArray[np.float64] | None,
 ) -> None:
     """Thread ``tid`` (> 0): do each job the driver posts, until it posts :data:`STOP`."""
     while True:
         barrier(work.bar, work.n_team)
         if work.job[0] == STOP:
             return
-        _do(tid, lay, trees, rows, loss, sums, cache, bt, A, work, scratch)
+        _do(tid, lay, trees, rows, loss, sums, cache, joint, bt, A, work, scratch)
         barrier(work.bar, work.n_team)
 
 
@@ -355,7 +359,7 @@ def step_sums(
     :func:`_sums_rows`)."""
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     q = cache_slot(cache, lay.step_ptr[t0] + s) if A.shape[1] == 1 else -1
-    _post(lay, trees, rows, loss, sums, cache, bt, A, work, scratch, SUMS, r, s, q)
+    _post(lay, trees, rows, loss, sums, cache, joint, bt, A, work, scratch, SUMS, r, s, q)
     rs0 = lay.sl_off[lay.step_ptr[t0]]
     G = sums.GV.shape[1] if sums.GV.shape[0] > 0 else 0
     for t in range(t0, t1):
@@ -382,7 +386,7 @@ def joint_sums(
 ) -> None:
     """Joint round ``r``'s leaf sums at the margins ``A`` entering it (:func:`_joint_rows` chunk by
     chunk, added in chunk order by :func:`_add_joint_chunks`)."""
-    _post(lay, trees, rows, loss, sums, cache, bt, A, work, scratch, JOINT, r, 0, 0)
+    _post(lay, trees, rows, loss, sums, cache, joint, bt, A, work, scratch, JOINT, r, 0, 0)
     _add_joint_chunks(lay, sums, joint, r, work.PJ)
 
 
@@ -395,14 +399,14 @@ def try_objective(
     ``work.u`` plus the try ``work.step``, no row deleted; the exp-space approx at ``work.u`` is
     ``work.point_buf``, which the last :func:`step_sums` filled (:func:`fills_points`)."""
     objective.prepare(lay, bt, t, work.step, work.dl)
-    _post(lay, trees, rows, loss, sums, cache, bt, A, work, scratch, OBJECTIVE, t, 0, 0)
+    _post(lay, trees, rows, loss, sums, cache, None, bt, A, work, scratch, OBJECTIVE, t, 0, 0)
     return objective.combine(bt, A.shape[0], -1, work.parts)
 
 
 @_internal
 def add_round(
-    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, bt: Backtrack | None,
-    A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64] | None, r: int,
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, joint: Joint | None,
+    bt: Backtrack | None, A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64] | None, r: int,
 ) -> None:
     """Move every row's margins ``A`` past round ``r`` by its stored leaf values."""
-    _post(lay, trees, rows, loss, sums, cache, bt, A, work, scratch, ADD, r, 0, 0)
+    _post(lay, trees, rows, loss, sums, cache, joint, bt, A, work, scratch, ADD, r, 0, 0)
