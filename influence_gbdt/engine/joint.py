@@ -134,8 +134,8 @@ def replay_round(
     lay: Layout, trees: Trees, sums: Sums, joint: Joint, r: int, mean_w: float, u: NDArray[np.float64],
     d: NDArray[np.float64],
 ) -> None:
-    """Round ``r``'s one joint step into the in-tree moves ``u``, from its leaf sums (the team's
-    :func:`chunk_sums`, added by :func:`add_chunk_sums`), recording the replay's caches."""
+    """Round ``r``'s one joint step into the in-tree moves ``u``, from its leaf sums (summed by the
+    replay's team: :func:`.rowjobs.joint_sums`), recording the replay's caches."""
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     rl0 = lay.leaf_off[t0]
     round_steps(lay, trees, sums, joint, r, l2_term(trees, t0, mean_w), sums.G, joint.HX, round_slots(lay, r),

@@ -3,13 +3,12 @@
 The replay (:func:`.passes.replay`) walks the rounds on thread 0, the driver. At each pass over
 the rows -- a leaf step's sums (:func:`step_sums`, a joint round's :func:`joint_sums`), a
 backtracking try's objective (:func:`try_objective`), a round's margin update (:func:`add_round`)
--- the driver *posts* a job that
-every thread of the team (:mod:`.team`) does on its own chunks of :data:`.team.CHUNK_ROWS` rows
-(for an objective: its share of the objective's parts, :mod:`.objective`); the other threads wait
-for jobs in :func:`serve`. The driver then adds the chunks' results in
-chunk order: a leaf's sum over its rows is summed chunk by chunk, each chunk in row order (for up
-to 4,096 rows, one chunk: row order), so the replay's sums, decisions and caches are the same
-whatever the number of threads.
+-- the driver *posts* a job that every thread of the team (:mod:`.team`) does on its own chunks of
+:data:`.team.CHUNK_ROWS` rows (for an objective: its share of the objective's parts,
+:mod:`.objective`); the other threads wait for jobs in :func:`serve`. The driver then adds the
+chunks' results in chunk order: a leaf's sum over its rows is summed chunk by chunk, each chunk in
+row order (for up to 4,096 rows, one chunk: row order), so the replay's sums, decisions and caches
+are the same whatever the number of threads.
 """
 
 from __future__ import annotations
