@@ -281,6 +281,7 @@ def _separable_row_pass(
     ova = loss.code == ONE_VS_ALL
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     leaf = lay.leaf[t0:t1, j0:j1]
+    rs0 = lay.sl_off[lay.step_ptr[t0]]
     # g, h; v: one-vs-all's dg/dm = p (1 - p); spread: its (1 - p) - p, dh/dm over dg/dm
     g, h, v, spread, vec = np.empty(K), np.empty(K), np.empty(K), np.empty(K), np.empty(K)
     beta, gamma, acc = np.empty((K, B)), np.empty((K, B)), np.empty(B)
@@ -291,7 +292,7 @@ def _separable_row_pass(
     for s in range(trees.n_steps[t0]):
         first = lay.sl_off[lay.step_ptr[t0:t1] + s]
         for i in range(j1 - j0):
-            _step_row(A, sums.u_before, first, leaf, cls, lay.sl_off[lay.step_ptr[t0]], i, vec, slot)
+            _step_row(A, sums.u_before, first, leaf, cls, rs0, i, vec, slot)
             for c in range(K):
                 if ova:  # losses.point (p, 1 - p), grad_hess and the vjp's factors
                     p, q = sigmoid_pair(vec[c])
