@@ -53,6 +53,7 @@ on its own threads, so several threads may score at the same time.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import importlib.util
@@ -65,7 +66,7 @@ import struct
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numba as _numba
@@ -74,6 +75,15 @@ from numba.core import caching as _caching
 from numba.core import event as _event
 from numba.core import types as _types
 from numba.core.registry import cpu_target as _cpu_target
+
+try:
+    import fcntl as _fcntl
+except ImportError:  # Windows: numba's own cache files, unlocked
+    _fcntl = None  # type: ignore[assignment]
+
+#: Whether the kernel cache's entries are read and written under a lock (:class:`_LockedIndex`),
+#: so that processes can compile into one cache at once.
+LOCKED_CACHE: bool = _fcntl is not None
 
 
 def _writable_dir(path: str) -> bool:
@@ -272,15 +282,53 @@ class _Impl(_caching.CompileResultCacheImpl):
     _locator_classes = [_Locator]  # noqa: RUF012 (numba's base class declares it a list)
 
 
+class _LockedIndex(_caching.IndexDataCacheFile):
+    """numba's index and data files of one kernel, read and written under an exclusive lock of
+    the cache directory (its ``.lock`` file).
+
+    numba's own save reads the index, picks the first data file name the index does not use, and
+    writes the index and then the data. Two processes saving overloads of one kernel into one cache
+    at once (the build's two warmup processes, which share a cache; Dask workers or test processes
+    on one machine) can pick the same name, and the index then names another signature's code.
+    Under the lock a save and a load see whole entries, and a process that reaches a signature
+    after another saved it reads it instead of compiling it again."""
+
+    def save(self, key: Any, data: Any) -> None:
+        with self._locked():
+            super().save(key, data)
+
+    def load(self, key: Any) -> Any:
+        with self._locked():
+            return super().load(key)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the lock of the cache directory (unlocked, as numba is, where its lock file cannot
+        be opened)."""
+        try:
+            fh = open(os.path.join(self._cache_path, ".lock"), "a")
+        except OSError:
+            yield
+            return
+        with fh:  # closing the file releases the lock
+            _fcntl.flock(fh, _fcntl.LOCK_EX)
+            yield
+
+
 class KernelCache(_caching.FunctionCache):
     """numba's function cache with the precompiled kernels read first (under the key of the CPU
     level they were compiled for, which :func:`_shipped_dir` checked this machine runs) and
-    :data:`CACHE_DIR` (when there is one) for what this process compiles."""
+    :data:`CACHE_DIR` (when there is one) for what this process compiles, its entries read and
+    written under a lock of that directory (:class:`_LockedIndex`; POSIX only)."""
 
     _impl_class = _Impl
 
     def __init__(self, py_func: Any) -> None:
         super().__init__(py_func)
+        if LOCKED_CACHE:
+            self._cache_file = _LockedIndex(cache_path=self._cache_path,
+                                            filename_base=self._impl.filename_base,
+                                            source_stamp=self._impl.locator.get_source_stamp())
         self._shipped = None if SHIPPED_DIR is None else _caching.IndexDataCacheFile(
             cache_path=SHIPPED_DIR, filename_base=self._impl.filename_base,
             source_stamp=self._impl.locator.get_source_stamp())

@@ -155,6 +155,51 @@ def test_one_explainer_scored_from_two_threads() -> None:
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
+#: Saves 200 overloads of one kernel (keys ``f"{tag}{i}"``, each its own key as data) into the cache
+#: directory argv[1] through the index class argv[2], as a process compiling into it does, once the
+#: file argv[4] exists (after creating ``argv[4] + tag``: ready).
+_SAVER = textwrap.dedent(
+    """
+    import os, sys
+    from numba.core.caching import IndexDataCacheFile
+    from influence_gbdt import _jit
+
+    folder, index_class, tag, go = sys.argv[1:]
+    index = getattr(_jit, index_class, IndexDataCacheFile)(folder, "kernel", ("stamp",))
+    open(go + tag, "w").close()
+    while not os.path.exists(go):
+        pass
+    for i in range(200):
+        index.save(f"{tag}{i}", f"{tag}{i}")
+    """
+)
+
+
+@pytest.mark.skipif(not _jit.LOCKED_CACHE, reason="the cache's lock needs fcntl (POSIX)")
+def test_processes_saving_one_kernels_overloads_at_once_keep_every_entry(tmp_path: Path) -> None:
+    # numba's own save reads the index, picks the first unused data file name, then writes the index
+    # and the data: processes saving at once lose entries and give two signatures one data file (the
+    # build's warmup processes share one cache; so can Dask workers on one machine). Under the
+    # cache's lock every entry holds its own data.
+    def save_at_once(index_class: str, folder: Path) -> list[Any]:
+        folder.mkdir()
+        go = folder.parent / f"go-{index_class}"
+        children = [subprocess.Popen([sys.executable, "-c", _SAVER, str(folder), index_class, tag, str(go)])
+                    for tag in "abcd"]
+        while not all(Path(f"{go}{tag}").exists() for tag in "abcd"):
+            assert all(child.poll() is None for child in children)
+            time.sleep(0.01)
+        go.touch()  # all four save at once
+        assert [child.wait() for child in children] == [0] * 4
+        index = _jit._LockedIndex(str(folder), "kernel", ("stamp",))
+        return [index.load(f"{tag}{i}") for tag in "abcd" for i in range(200)]
+
+    expected = [f"{tag}{i}" for tag in "abcd" for i in range(200)]
+    assert save_at_once("_LockedIndex", tmp_path / "locked") == expected
+    # Without the lock, a part of these saves is lost or misfiled.
+    assert save_at_once("IndexDataCacheFile", tmp_path / "unlocked") != expected
+
+
 def test_a_binary_model_and_one_test_point_run_none_of_the_other_models_kernels() -> None:
     # What the first use of a binary model compiles where the wheel's kernels cannot be used (another
     # numba, an editable install): its replay without the multi-output code (scratch None), its one
