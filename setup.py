@@ -4,7 +4,7 @@ Everything else is in pyproject.toml. After the usual ``build_py``, the warmup w
 every kernel for a CPU level most machines have (x86-64-v3 where the building machine has it, else
 generic; ``INFLUENCE_GBDT_KERNEL_CPU`` chooses another, see ``influence_gbdt/_cpu.py``) into
 ``influence_gbdt/_kernels/`` of the build tree, so that the installed package compiles nothing at
-first use (about 3 minutes on two cores; a build of sources built before on this machine takes the
+first use (about 2.5 minutes on two cores; a build of sources built before on this machine takes the
 result kept in the user's kernel cache instead, see ``influence_gbdt._warmup.ship``). An editable
 install (``pip install -e``) skips it and compiles at first use, into the user cache; so does any build
 where the warmup fails (the reason is printed) or ``INFLUENCE_GBDT_NO_PRECOMPILE=1`` is set.
