@@ -95,6 +95,10 @@ class BoosterAdapter(ABC):
     #: The engine's loss ("logloss", "squared_error"), read from the model by the adapter.
     loss: str
 
+    #: Peak memory of :meth:`leaf_indices` per (tree, row), bytes, measured for each library by
+    #: ``benchmarks/fit_memory.py`` and rounded up (:meth:`fit_bytes`).
+    fit_bytes_per_tree_row: ClassVar[float]
+
     def __init__(self, model: Any, params: Mapping[str, Any] | None = None) -> None:
         self.model = model
         self.params = dict(params or {})
@@ -116,6 +120,13 @@ class BoosterAdapter(ABC):
     def leaf_indices(self, X: Any) -> NDArray[np.int32]:
         """Leaf of every row of ``X`` in every tree, ndarray of shape (n_trees, n_rows), int32,
         numbered as in :meth:`describe` (``0 .. n_leaves[t] - 1``)."""
+
+    def fit_bytes(self, n_trees: int, n_rows: int) -> float:
+        """Peak bytes of reading the leaf indices of ``n_rows`` rows in the ``n_trees`` trees that
+        :meth:`leaf_indices` numbers, estimated on the safe side before anything is allocated
+        (:class:`~influence_gbdt.BoostingInfluence` refuses a fit needing more than its
+        ``max_memory``)."""
+        return self.fit_bytes_per_tree_row * n_trees * n_rows
 
     @abstractmethod
     def raw_predict(self, X: Any, init_score: ArrayLike | None = None) -> NDArray[np.float64]:

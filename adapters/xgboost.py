@@ -164,6 +164,10 @@ class XGBoostAdapter(BoosterAdapter):
     #: the per-leaf float32 rounding bound decides (:meth:`prepare`): on data whose rows share margins
     #: the rounding alone exceeds any fixed rtol (1.4e-5 on 20,000 rows of rounded features).
     rtol: ClassVar[float] = 1e-6
+    #: Our int32 leaf indices (walked by our kernel, or ``pred_leaf`` in runs of rows): 4.6-5.2
+    #: bytes per tree and added row, measured (``benchmarks/fit_memory.py``, 100,000 -> 200,000
+    #: rows, 100 rounds of 1, 3 and 10 classes), and half more.
+    fit_bytes_per_tree_row: ClassVar[float] = 8.0
     data_errors: ClassVar[tuple[type[Exception], ...]] = (xgb.core.XGBoostError,)
 
     def __init__(self, model: Any, params: Mapping[str, Any] | None = None) -> None:

@@ -32,10 +32,6 @@ _PARAMS = ("model", "method", "update_set", "k", "base_score", "progress", "para
            "influence_unit", "n_threads")
 _SCORE_KWARGS = ("aggregate", "training_points", "on", "output", "init_score")
 _TABLE_COLUMNS = ("row", "score", "label")
-#: Peak memory of fit per (tree, training row), bytes: the booster's leaf-index output, our int32
-#: copy and its transposition. Measured (ru_maxrss slope, 200,000 -> 400,000 rows x 100 trees, 20
-#: features): XGBoost 26.7, LightGBM 24; rounded up so the guard errs on the safe side.
-FIT_BYTES_PER_TREE_ROW = 32.0
 #: A run projected to need more than this many seconds warns once (LongRunWarning) with advice.
 LONG_RUN_SECONDS = 3600.0
 
@@ -575,11 +571,11 @@ class BoostingInfluence:
 
     def _check_fit_memory(self, adapter: Any, X: Any, n: int) -> float:
         """Refuse, before anything n-sized is allocated, a fit that would need more than
-        ``max_memory`` (the tree count comes from the leaf indices of one row); return the bytes it
-        needs."""
+        ``max_memory`` (the tree count comes from the leaf indices of one row, the bytes from the
+        adapter's estimate); return the bytes it needs."""
         first = take_rows(X, np.arange(1))
         n_trees = int(adapter.leaf_indices(first).shape[0])
-        need = FIT_BYTES_PER_TREE_ROW * n_trees * n
+        need = adapter.fit_bytes(n_trees, n)
         if need > self.max_memory:
             raise InputError(
                 f"fit needs about {need / 1e9:.2f} GB for the leaf indices of {n_trees} trees x {n} rows, "

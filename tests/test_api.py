@@ -164,11 +164,15 @@ def test_errors_say_what_is_wrong(fitted: tuple) -> None:
     with pytest.raises(InputError, match="would hold"):
         ex.set_params(max_memory=100).score_training_points(X_test, y_test)
     ex.set_params(max_memory=4e9)
-    # fit refuses before allocating: 32 bytes per (tree, row) of the leaf indices (measured ~25-27).
-    n_trees = BoostingInfluence(model, progress=False).fit(X, y).engine_.ensemble.n_trees
+    # fit refuses before allocating, from the adapter's estimate of the leaf indices' bytes
+    # (benchmarks/fit_memory.py measures them).
+    fitted_ex = BoostingInfluence(model, progress=False).fit(X, y)
+    n_trees = fitted_ex.engine_.ensemble.n_trees
+    need = fitted_ex.adapter_.fit_bytes(n_trees, len(X))
+    assert need > 4.0 * n_trees * len(X)  # more than the int32 leaf indices fit keeps
     with pytest.raises(InputError, match=f"leaf indices of {n_trees} trees x {len(X)} rows"):
-        BoostingInfluence(model, progress=False, max_memory=31.0 * n_trees * len(X)).fit(X, y)
-    BoostingInfluence(model, progress=False, max_memory=33.0 * n_trees * len(X)).fit(X, y)
+        BoostingInfluence(model, progress=False, max_memory=0.97 * need).fit(X, y)
+    BoostingInfluence(model, progress=False, max_memory=1.03 * need).fit(X, y)
     for kwargs, match in (
         ({"method": "magic"}, "method"),
         ({"update_set": "top_k_leaves"}, "needs k"),
