@@ -32,7 +32,9 @@ def tidy_scores(
     Parameters
     ----------
     scores : ndarray of shape (n_scored,) or (n_scored, n_test)
-        Scores of training rows ``rows`` (positions), as the engine returns them.
+        Scores of training rows ``rows`` (positions), as the engine returns them: a new array, which
+        the result holds without a copy (pandas copies an array by default; for 100 test points
+        of Adult's 32,561 rows, 26 MB, that copy was a tenth of the call).
     train_index : pandas Index of length n_train, or None
         The index of the ``X`` given to ``fit``; None when that ``X`` was not pandas.
     rows : ndarray of int of shape (n_scored,)
@@ -52,12 +54,12 @@ def tidy_scores(
     if index.name is None:
         index = index.rename("train")
     if scores.ndim == 1:
-        return pd.Series(scores, index=index, name="score")
+        return pd.Series(scores, index=index, name="score", copy=False)
     columns = row_labels(X_test)
     columns = pd.RangeIndex(scores.shape[1]) if columns is None else columns
     if columns.name is None:
         columns = columns.rename("test")
-    return pd.DataFrame(scores, index=index, columns=columns)
+    return pd.DataFrame(scores, index=index, columns=columns, copy=False)
 
 
 def keyed_table(table: pd.DataFrame, train_index: pd.Index | None, rows: NDArray[np.int64]) -> pd.DataFrame:
