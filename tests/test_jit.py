@@ -157,18 +157,21 @@ def test_one_explainer_scored_from_two_threads() -> None:
 
 #: Saves 200 overloads of one kernel (keys ``f"{tag}{i}"``, each its own key as data) into the cache
 #: directory argv[1] through the index class argv[2], as a process compiling into it does, once the
-#: file argv[4] exists (after creating ``argv[4] + tag``: ready).
+#: file argv[4] exists (after creating ``argv[4] + tag``: ready); gives up after 60 s without it (a
+#: failed test leaves no process behind).
 _SAVER = textwrap.dedent(
     """
-    import os, sys
+    import os, sys, time
     from numba.core.caching import IndexDataCacheFile
     from influence_gbdt import _jit
 
     folder, index_class, tag, go = sys.argv[1:]
     index = getattr(_jit, index_class, IndexDataCacheFile)(folder, "kernel", ("stamp",))
     open(go + tag, "w").close()
+    deadline = time.monotonic() + 60.0
     while not os.path.exists(go):
-        pass
+        if time.monotonic() > deadline:
+            sys.exit("no start signal")
     for i in range(200):
         index.save(f"{tag}{i}", f"{tag}{i}")
     """
