@@ -7,7 +7,8 @@ Booster with a class that never occurs in ``y``: each is fitted through
 the self-check, margins equal to its ``predict``, LeafRefit equal to retraining without the row
 where the retrain keeps the tree structure, LeafInfluence equal to central differences of
 retraining in the row's weight. And one-vs-all and multi-target models near their defaults on
-several chunks of rows: the same scores for any thread count, reverse mode against forward mode.
+several chunks of rows: the same scores for any thread count, reverse mode against forward mode;
+and a 3-class model's LeafRefit on a team of threads against XGBoost's refresh.
 """
 
 from __future__ import annotations
@@ -296,3 +297,46 @@ def test_multi_output_defaults_score_the_same_on_a_team_of_any_size(make: Callab
     rows = [0, 5000, n - 1]  # fewer training rows than test points: forward mode
     forward = np.asarray(ex.score_training_points(X_test, y_test, training_points=rows))
     assert np.abs(forward - batch[rows]).max() <= 1e-9 * np.abs(batch[rows]).max()
+
+
+@pytest.mark.filterwarnings("ignore:.*manually specified the `updater`:UserWarning")  # refresh is the updater
+def test_multiclass_leaf_refit_on_a_team_matches_xgboost_refresh() -> None:
+    """LeafRefit of a 3-class model on 3 chunks of training rows and more, one deleted row at a time
+    (its several-output leaf sums go to a team of threads, chunk by chunk): every class's new
+    margins equal XGBoost's own fixed-structure refit without the row (the ``refresh`` updater:
+    each tree's leaves recomputed at the refreshed margins, as all_points does), to XGBoost's
+    float32 margins (1e-5 of the largest, as ``tests/adapters/test_xgboost.py``; measured 1.2e-7),
+    and they are the same bits on 1, 2 and 3 threads."""
+    from influence_gbdt.engine.team import CHUNK_ROWS
+
+    rng = np.random.default_rng(5)
+    n, rounds = 3 * CHUNK_ROWS + 123, 8
+    X = rng.normal(size=(n + 10, 4))
+    y = np.argmax(X[:, :3] + rng.normal(size=(n + 10, 3)), axis=1).astype(float)
+    X_train, y_train, X_test = X[:n], y[:n], X[n:]
+    params = {"objective": "multi:softprob", "num_class": 3, "max_depth": 3, "eta": 0.3, "nthread": 1}
+    booster = xgb.train(params, xgb.DMatrix(X_train, y_train), rounds)
+    ex = BoostingInfluence(booster, method="leaf_refit", base_score="fixed", progress=False,
+                           n_threads=1).fit(X_train, y_train)
+    rows = [0, CHUNK_ROWS + 7, n - 1]
+
+    def refit() -> np.ndarray:  # (rows, test points, classes); one row per call: the team is the call's
+        return np.array([np.stack([np.asarray(ex.score_training_points(X_test, training_points=[i],
+                                                                        on="prediction", output=c))[0]
+                                   for c in range(3)], axis=-1) for i in rows])
+
+    ours = refit()
+    for threads in (2, 3):
+        ex.set_params(n_threads=threads)
+        np.testing.assert_array_equal(refit(), ours)
+    refresh = {"process_type": "update", "updater": "refresh", "refresh_leaf": True, "min_child_weight": 0}
+    margins = booster.predict(xgb.DMatrix(X_test), output_margin=True).astype(np.float64)
+    truth = []
+    for i in rows:
+        keep = np.arange(n) != i
+        new = xgb.train({**params, **refresh}, xgb.DMatrix(X_train[keep], y_train[keep]), rounds,
+                        xgb_model=booster)
+        truth.append(margins - new.predict(xgb.DMatrix(X_test), output_margin=True).astype(np.float64))
+    tol = 1e-5 * np.abs(margins).max()
+    assert np.abs(truth).max() > 10 * tol  # the deletions move the margins: a real comparison
+    np.testing.assert_allclose(ours, np.array(truth), rtol=0, atol=tol)

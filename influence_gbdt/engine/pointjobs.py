@@ -7,8 +7,9 @@ team of threads (numba). Private to the engine.
 every thread of the team (:mod:`.team`) does on its own chunks of :data:`.team.CHUNK_ROWS` rows:
 
 - the refit's leaf sums of a one-output tree where every leaf is summed anew (:func:`tree_sums`),
-  and a backtracking try's objective (:func:`try_objective`; each thread its share of the parts,
-  :mod:`.objective`);
+  of a several-output round that is not joint where every leaf is summed anew at its first step
+  (:func:`round_sums`), and a backtracking try's objective (:func:`try_objective`; each thread
+  its share of the parts, :mod:`.objective`);
 - forward mode's leaf-sum derivatives where every row's margin moves (:func:`share_sums`);
 - the margins and the propagated changes moved past the round (:func:`advance`);
 - where only some leaves are summed anew (SinglePoint, TopKLeaves), whole leaves to a thread: the
@@ -35,7 +36,17 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .. import _jit as numba
-from ..losses import LOGLOSS, Params4, derivs1, derivs1_exp, params4, step_logloss_at, weighted
+from ..losses import (
+    LOGLOSS,
+    Params4,
+    derivs1,
+    derivs1_exp,
+    grad_hess,
+    params4,
+    point,
+    step_logloss_at,
+    weighted,
+)
 from . import objective
 from .common import mark_top, per_row, ranks_leaves, row_mass
 from .common import select_leaves as select_all_or_none
@@ -53,7 +64,7 @@ ROWBUF = 5
 
 
 #: Job codes (``PointWork.job[0]``).
-SUMS, OBJECTIVE, SHARES, ADVANCE, STOP, MASSES, LEAVES = 1, 2, 3, 4, 5, 6, 7
+SUMS, OBJECTIVE, SHARES, ADVANCE, STOP, MASSES, LEAVES, ROUND = 1, 2, 3, 4, 5, 6, 7, 8
 
 
 class PointWork(NamedTuple):
@@ -65,8 +76,9 @@ class PointWork(NamedTuple):
     n_team: int  # threads in the team
     bar: NDArray[np.int64]  # (2,) the team's barrier (:func:`.team.barrier`)
     job: NDArray[np.int64]  # (6,) the posted job: code and five arguments
-    P: NDArray[np.float64]  # (chunks, most leaves of a round, 2) each chunk's sums by leaf: w g, w h (or
-    # w) for the refit, the derivatives' sums dG, dD for forward mode
+    P: NDArray[np.float64]  # (chunks, most leaves of a round, 2) each chunk's sums by leaf (of a tree, or
+    # of a several-output round from its first): w g, w h (or w) for the refit, the derivatives' sums
+    # dG, dD for forward mode
     parts: NDArray[np.float64]  # (most objective parts, 2) a try's objective, part by part
     A: NDArray[np.float64]  # (n, K) the original margins entering the round
     delta: NDArray[np.float64]  # (n, K) each row's margin change so far; 0 rows (refit) or 1 (forward:
@@ -296,6 +308,66 @@ def tree_sums(
     _post(jobs, lay, trees, rows, loss, sums, None, SUMS, t, i0, int(all_moved), int(track), int(fill))
     for c in range(jobs.P.shape[0]):
         _add_chunk(jobs.P[c], L, Gs, Hs)
+
+
+@_internal
+def _chunk_round_sums(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, r: int, A: NDArray[np.float64],
+    delta: NDArray[np.float64], moved: bool, w_new: NDArray[np.float64], i0: int, j0: int, j1: int,
+    P: NDArray[np.float64], scratch: NDArray[np.float64],
+) -> None:
+    """Every leaf's sums of several-output round ``r`` (not joint) at its first step over rows ``j0
+    .. j1 - 1`` (one chunk), row ``i0`` deleted, into ``P`` (leaves of the round from its first, 2),
+    zeroed first: w g, and w h (Newton) or w. No in-tree move yet, so the round's trees share each
+    row's margins (``A``, plus ``delta`` if ``moved``): a row's point and derivatives are taken
+    once for all the round's trees, its leaves read in row order. ``scratch`` (4, max(K, zsize))."""
+    K = A.shape[1]
+    t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
+    rl0 = lay.leaf_off[t0]
+    P[: lay.leaf_off[t1] - rl0] = 0.0
+    mrow, z, g, h = scratch[0, :K], scratch[1, : loss.zsize], scratch[2, :K], scratch[3, :K]
+    # arrays out of their groups (two reference counts per row each, read in the loop)
+    leaf, out, leaf_off, newton, y, code, prm, f32 = (lay.leaf, lay.out, lay.leaf_off, trees.newton, rows.y,
+                                                     loss.code, loss.prm, rows.f32)
+    for j in range(j0, j1):
+        if j == i0:
+            continue
+        for c in range(K):
+            mrow[c] = A[j, c] + delta[j, c] if moved else A[j, c]
+        point(code, prm, mrow, z)
+        grad_hess(code, prm, y[j], z, g, h)
+        for t in range(t0, t1):
+            c = out[t]
+            at = leaf_off[t] + (leaf[t, j] & INDEX) - rl0
+            wg, wh = weighted(code, g[c], h[c], w_new[j], f32)
+            P[at, 0] += wg
+            P[at, 1] += wh if newton[t] else w_new[j]
+
+
+@_internal
+def round_sums(
+    jobs: PointWork | None, lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, r: int,
+    A: NDArray[np.float64], delta: NDArray[np.float64], moved: bool, w_new: NDArray[np.float64], i0: int,
+    Gs: NDArray[np.float64], Hs: NDArray[np.float64], scratch: NDArray[np.float64],
+) -> None:
+    """Every leaf's sums of several-output round ``r`` (not joint) at its first step, row ``i0``
+    deleted (arguments as :func:`_chunk_round_sums`'s), into ``Gs``, ``Hs`` (indexed from the
+    round's first leaf): chunk by chunk in chunk order, as the replay sums them, posted to the team
+    of ``jobs``, whose arrays the others must be, or, without a team (None), summed here."""
+    n = A.shape[0]
+    n_round = lay.leaf_off[lay.round_ptr[r + 1]] - lay.leaf_off[lay.round_ptr[r]]
+    Gs[:n_round] = 0.0
+    Hs[:n_round] = 0.0
+    if jobs is None:
+        P = np.empty((n_round, 2))
+        for c0 in range(0, n, CHUNK_ROWS):
+            _chunk_round_sums(lay, trees, rows, loss, r, A, delta, moved, w_new, i0, c0,
+                              min(n, c0 + CHUNK_ROWS), P, scratch)
+            _add_chunk(P, n_round, Gs, Hs)
+        return
+    _post(jobs, lay, trees, rows, loss, sums, None, ROUND, r, i0, int(moved), 0, 0)
+    for c in range(jobs.P.shape[0]):
+        _add_chunk(jobs.P[c], n_round, Gs, Hs)
 
 
 @_internal
@@ -617,7 +689,7 @@ def _advance_column(
 
 
 @_internal
-def _do(
+def _do(  # noqa: C901 -- one branch per job code
     tid: int, jobs: PointWork, lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums,
     bt: Backtrack | None, mrow: NDArray[np.float64],
 ) -> None:
@@ -639,6 +711,11 @@ def _do(
             jobs.parts[p, 0], jobs.parts[p, 1] = objective.part(
                 lay, rows.y, loss, bt, a1, jobs.A, jobs.delta, jobs.sel, a3 != 0, jobs.u, jobs.step, jobs.dl,
                 jobs.w_new, a2, jobs.so, jobs.point_buf, mrow, a4, p)
+    elif code == ROUND:  # round a1, row a2 deleted, rows moved a3
+        scratch = np.empty((4, max(jobs.A.shape[1], loss.zsize)))
+        for c0 in range(j0, j1, CHUNK_ROWS):
+            _chunk_round_sums(lay, trees, rows, loss, a1, jobs.A, jobs.delta, a3 != 0, jobs.w_new, a2, c0,
+                              min(j1, c0 + CHUNK_ROWS), jobs.P[c0 // CHUNK_ROWS], scratch)
     elif code == SHARES:  # round a1, step a2
         for c0 in range(j0, j1, CHUNK_ROWS):
             _chunk_shares(lay, trees, rows, loss, sums.u_before, a1, a2, jobs.A, jobs.delta, c0,
