@@ -398,7 +398,7 @@ def refit_round_sums(  # noqa: C901 -- every way to a round's sums, chosen in on
     track = delta.shape[0] > 0
     is_joint = joint is not None and joint.joint[t0]
     if K > 1 and every and a == 0 and not is_joint and not fill:  # every leaf anew, no in-tree move yet
-        round_sums(jobs, lay, trees, rows, loss, sums, r, A, delta, track, w_new, i0, Gs, Hs, scratch)
+        round_sums(jobs, lay, trees, rows, loss, sums, r, A, delta, track, w_new, i0, Gs, Hs)
         return objective.FRESH
     whole = K == 1 and not is_joint and (every or changed)  # no leaf clean
     on_team = jobs is not None and K == 1 and not whole  # the leaves summed anew go to the team

@@ -38,6 +38,7 @@ from numpy.typing import NDArray
 from .. import _jit as numba
 from ..losses import (
     LOGLOSS,
+    SOFTMAX,
     Params4,
     derivs1,
     derivs1_exp,
@@ -314,28 +315,46 @@ def tree_sums(
 def _chunk_round_sums(
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, r: int, A: NDArray[np.float64],
     delta: NDArray[np.float64], moved: bool, w_new: NDArray[np.float64], i0: int, j0: int, j1: int,
-    P: NDArray[np.float64], scratch: NDArray[np.float64],
+    P: NDArray[np.float64],
 ) -> None:
     """Every leaf's sums of several-output round ``r`` (not joint) at its first step over rows ``j0
     .. j1 - 1`` (one chunk), row ``i0`` deleted, into ``P`` (leaves of the round from its first, 2),
     zeroed first: w g, and w h (Newton) or w. No in-tree move yet, so the round's trees share each
     row's margins (``A``, plus ``delta`` if ``moved``): a row's point and derivatives are taken
-    once for all the round's trees, its leaves read in row order. ``scratch`` (4, max(K, zsize))."""
+    once for all the round's trees, its leaves read in row order. The softmax's
+    :func:`..losses.point` and :func:`..losses.grad_hess` are written out, the same arithmetic in
+    the same order: their calls, given arrays, counted references to them at every row (measured
+    on Adult, one deleted row of a 3-class LightGBM or XGBoost default on one thread: 0.30 ->
+    0.19-0.20 s)."""
     K = A.shape[1]
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     rl0 = lay.leaf_off[t0]
     P[: lay.leaf_off[t1] - rl0] = 0.0
-    mrow, z, g, h = scratch[0, :K], scratch[1, : loss.zsize], scratch[2, :K], scratch[3, :K]
+    mrow, z, g, h = np.empty(K), np.empty(loss.zsize), np.empty(K), np.empty(K)
     # arrays out of their groups (two reference counts per row each, read in the loop)
     leaf, out, leaf_off, newton, y, code, prm, f32 = (lay.leaf, lay.out, lay.leaf_off, trees.newton, rows.y,
                                                      loss.code, loss.prm, rows.f32)
+    floor, factor = params4(prm)[:2]  # a softmax's hessian floor and factor (read only for it)
     for j in range(j0, j1):
         if j == i0:
             continue
         for c in range(K):
             mrow[c] = A[j, c] + delta[j, c] if moved else A[j, c]
-        point(code, prm, mrow, z)
-        grad_hess(code, prm, y[j], z, g, h)
+        if code == SOFTMAX:
+            top = mrow.max()  # losses.point
+            total = 0.0
+            for c in range(K):
+                z[c] = math.exp(mrow[c] - top)
+                total += z[c]
+            for c in range(K):
+                z[c] /= total
+            yj = y[j, 0]
+            for c in range(K):  # losses.grad_hess
+                g[c] = z[c] - (1.0 if yj == c else 0.0)
+                h[c] = max(factor * z[c] * (1.0 - z[c]), floor)
+        else:
+            point(code, prm, mrow, z)
+            grad_hess(code, prm, y[j], z, g, h)
         for t in range(t0, t1):
             c = out[t]
             at = leaf_off[t] + (leaf[t, j] & INDEX) - rl0
@@ -348,7 +367,7 @@ def _chunk_round_sums(
 def round_sums(
     jobs: PointWork | None, lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, r: int,
     A: NDArray[np.float64], delta: NDArray[np.float64], moved: bool, w_new: NDArray[np.float64], i0: int,
-    Gs: NDArray[np.float64], Hs: NDArray[np.float64], scratch: NDArray[np.float64],
+    Gs: NDArray[np.float64], Hs: NDArray[np.float64],
 ) -> None:
     """Every leaf's sums of several-output round ``r`` (not joint) at its first step, row ``i0``
     deleted (arguments as :func:`_chunk_round_sums`'s), into ``Gs``, ``Hs`` (indexed from the
@@ -362,7 +381,7 @@ def round_sums(
         P = np.empty((n_round, 2))
         for c0 in range(0, n, CHUNK_ROWS):
             _chunk_round_sums(lay, trees, rows, loss, r, A, delta, moved, w_new, i0, c0,
-                              min(n, c0 + CHUNK_ROWS), P, scratch)
+                              min(n, c0 + CHUNK_ROWS), P)
             _add_chunk(P, n_round, Gs, Hs)
         return
     _post(jobs, lay, trees, rows, loss, sums, None, ROUND, r, i0, int(moved), 0, 0)
@@ -712,10 +731,9 @@ def _do(  # noqa: C901 -- one branch per job code
                 lay, rows.y, loss, bt, a1, jobs.A, jobs.delta, jobs.sel, a3 != 0, jobs.u, jobs.step, jobs.dl,
                 jobs.w_new, a2, jobs.so, jobs.point_buf, mrow, a4, p)
     elif code == ROUND:  # round a1, row a2 deleted, rows moved a3
-        scratch = np.empty((4, max(jobs.A.shape[1], loss.zsize)))
         for c0 in range(j0, j1, CHUNK_ROWS):
             _chunk_round_sums(lay, trees, rows, loss, a1, jobs.A, jobs.delta, a3 != 0, jobs.w_new, a2, c0,
-                              min(j1, c0 + CHUNK_ROWS), jobs.P[c0 // CHUNK_ROWS], scratch)
+                              min(j1, c0 + CHUNK_ROWS), jobs.P[c0 // CHUNK_ROWS])
     elif code == SHARES:  # round a1, step a2
         for c0 in range(j0, j1, CHUNK_ROWS):
             _chunk_shares(lay, trees, rows, loss, sums.u_before, a1, a2, jobs.A, jobs.delta, c0,
