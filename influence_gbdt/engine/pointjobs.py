@@ -38,6 +38,8 @@ from numpy.typing import NDArray
 from .. import _jit as numba
 from ..losses import (
     LOGLOSS,
+    MULTI_SQUARED,
+    ONE_VS_ALL,
     SOFTMAX,
     Params4,
     derivs1,
@@ -45,6 +47,7 @@ from ..losses import (
     grad_hess,
     params4,
     point,
+    sigmoid_pair,
     step_logloss_at,
     weighted,
 )
@@ -312,7 +315,7 @@ def tree_sums(
 
 
 @_internal
-def _chunk_round_sums(
+def _chunk_round_sums(  # noqa: C901 -- one loop over the rows, the losses written out (a call per row costs more)
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, r: int, A: NDArray[np.float64],
     delta: NDArray[np.float64], moved: bool, w_new: NDArray[np.float64], i0: int, j0: int, j1: int,
     P: NDArray[np.float64],
@@ -321,11 +324,11 @@ def _chunk_round_sums(
     .. j1 - 1`` (one chunk), row ``i0`` deleted, into ``P`` (leaves of the round from its first, 2),
     zeroed first: w g, and w h (Newton) or w. No in-tree move yet, so the round's trees share each
     row's margins (``A``, plus ``delta`` if ``moved``): a row's point and derivatives are taken
-    once for all the round's trees, its leaves read in row order. The softmax's
-    :func:`..losses.point` and :func:`..losses.grad_hess` are written out, the same arithmetic in
-    the same order: their calls, given arrays, counted references to them at every row (measured
-    on Adult, one deleted row of a 3-class LightGBM or XGBoost default on one thread: 0.30 ->
-    0.19-0.20 s)."""
+    once for all the round's trees, its leaves read in row order. :func:`..losses.point` and
+    :func:`..losses.grad_hess` of the softmax, one-vs-all and multi-target squared error are
+    written out, the same arithmetic in the same order: their calls, given arrays, counted
+    references to them at every row (measured on Adult, one deleted row of a 3-class LightGBM or
+    XGBoost default on one thread: 0.30 -> 0.19-0.20 s)."""
     K = A.shape[1]
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     rl0 = lay.leaf_off[t0]
@@ -334,7 +337,7 @@ def _chunk_round_sums(
     # arrays out of their groups (two reference counts per row each, read in the loop)
     leaf, out, leaf_off, newton, y, code, prm, f32 = (lay.leaf, lay.out, lay.leaf_off, trees.newton, rows.y,
                                                      loss.code, loss.prm, rows.f32)
-    floor, factor = params4(prm)[:2]  # a softmax's hessian floor and factor (read only for it)
+    floor, factor = params4(prm)[:2]  # the hessian's floor, and a softmax's factor
     for j in range(j0, j1):
         if j == i0:
             continue
@@ -352,7 +355,17 @@ def _chunk_round_sums(
             for c in range(K):  # losses.grad_hess
                 g[c] = z[c] - (1.0 if yj == c else 0.0)
                 h[c] = max(factor * z[c] * (1.0 - z[c]), floor)
-        else:
+        elif code == ONE_VS_ALL:
+            yj = y[j, 0]
+            for c in range(K):  # losses.point, losses.grad_hess
+                z[c], z[K + c] = sigmoid_pair(mrow[c])
+                g[c] = z[c] - (1.0 if yj == c else 0.0)
+                h[c] = max(z[c] * z[K + c], floor)
+        elif code == MULTI_SQUARED:
+            for c in range(K):  # losses.point (the margins), losses.grad_hess
+                g[c] = mrow[c] - y[j, c]
+                h[c] = max(1.0, floor)
+        else:  # any other loss of several outputs
             point(code, prm, mrow, z)
             grad_hess(code, prm, y[j], z, g, h)
         for t in range(t0, t1):
