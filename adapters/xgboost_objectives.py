@@ -261,7 +261,8 @@ def float32_terms(loss: Loss, y: np.ndarray, margin: np.ndarray) -> tuple[np.nda
         return p + np.abs(y), ones
     if name == "softmax":
         shifted = m - m.max(axis=1, keepdims=True)
-        p = np.exp(shifted) / np.exp(shifted).sum(axis=1, keepdims=True)
+        e = np.exp(shifted)
+        p = e / e.sum(axis=1, keepdims=True)
         onehot = (y[:, :1] == np.arange(m.shape[1])[None, :]).astype(np.float64)
         return p * (2.0 + np.abs(shifted)) + onehot, 2.0 + np.abs(shifted)
     if name == "poisson":
