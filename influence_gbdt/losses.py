@@ -738,8 +738,11 @@ def grad_hess_rows_into(  # noqa: C901 -- one loop over the rows per loss, writt
     labels ``y`` (n, label width), ``size`` the loss's point size: :func:`point` then
     :func:`grad_hess`, the same arithmetic in the same order, written out for the losses of
     several outputs and as scalars for the others. Called per row, the two counted references to
-    the arrays they are given at every row (measured on Adult's 32,561 rows, 3 classes, one
-    thread: 3.1 -> 0.6 ms a call)."""
+    the arrays they are given at every row (measured on 32,561 rows, one thread: 2.9 -> 1.2 ms a
+    call for a 3-class softmax, 1.7 -> 0.3 ms for log loss). The softmax is written out here and in
+    :func:`.engine.reverse_multi._row_pass` alike: a helper for both, inlined, still counted
+    references per row (measured: a 3-class LightGBM default's one test point 0.127 -> 0.138-0.177
+    s, this function 10-20% slower)."""
     n, K = m.shape
     p4 = params4(prm)
     floor = p4[0]
