@@ -386,11 +386,11 @@ def refit_round_sums(  # noqa: C901 -- every way to a round's sums, chosen in on
     one-output tree is summed anew, in one pass over the rows, chunk by chunk as the replay sums
     them, posted to the team (:func:`.pointjobs.tree_sums`). ``jobs`` None: no team, summed here.
     Where every leaf of a several-output round that is not joint is summed anew at its first step,
-    one pass over the rows gives them all, chunk by chunk on the team (:func:`.pointjobs.round_sums`).
-    The leaf-by-leaf order reads
-    the rows' margins, labels and weights out of order; measured on Adult (LeafRefit with every
-    point updated, per deleted row, two threads): CatBoost (300 trees) 1.20 -> 1.10 s, the LightGBM
-    and XGBoost defaults 22 -> 19 and 21 -> 19 ms.
+    one pass over the rows gives them all, chunk by chunk on the team
+    (:func:`.pointjobs.round_sums`). The leaf-by-leaf order reads the rows' margins, labels and
+    weights out of order; measured on Adult (LeafRefit with every point updated, per deleted row,
+    two threads): CatBoost (300 trees) 1.20 -> 1.10 s, the LightGBM and XGBoost defaults 22 -> 19
+    and 21 -> 19 ms.
     """
     K = A.shape[1]
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]

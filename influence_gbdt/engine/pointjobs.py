@@ -326,8 +326,7 @@ def _chunk_round_sums(
     rl0 = lay.leaf_off[t0]
     P[: lay.leaf_off[t1] - rl0] = 0.0
     # the chunk's margins, then their derivatives in one call (a call per row, given arrays, would
-    # count references to them at every row: measured on Adult, one deleted row of a 3-class
-    # LightGBM or XGBoost default on one thread, 0.30 -> 0.19-0.20 s)
+    # count references to them at every row: docs/performance.md, stop 64)
     M = np.empty((j1 - j0, K))
     for j in range(j0, j1):
         for c in range(K):

@@ -118,15 +118,14 @@ def _sums_rows(  # noqa: C901 -- one loop over the rows; its multi-output branch
     for t in range(t0, t1):
         first[t - t0] = lay.sl_off[lay.step_ptr[t] + s] - rs0
         P[first[t - t0] : first[t - t0] + leaf_off[t + 1] - leaf_off[t]] = 0.0
-    if scratch is None:
-        if t1 == t0 + 1 and G == 0:
-            f = first[0]
-            _sums_rows_one(code, p4, f32, newton[t0], multi, y[:, 0], w, A[:, 0], u[leaf_off[t0] :],
-                           leaf[t0], DER, q, P[f:], j0, j1, points, fill)
-            return
-        GC = HC = np.empty((0, K))
-    else:  # several outputs: with one step, the chunk's derivatives in one call, not a call per row
-        GC, HC = _chunk_derivatives(lay, loss, r, A, u, y, j0, j1 if not multi else j0)
+    if scratch is None and t1 == t0 + 1 and G == 0:
+        f = first[0]
+        _sums_rows_one(code, p4, f32, newton[t0], multi, y[:, 0], w, A[:, 0], u[leaf_off[t0] :], leaf[t0],
+                       DER, q, P[f:], j0, j1, points, fill)
+        return
+    GC = HC = np.empty((0, K))  # several outputs and one step: the chunk's derivatives, in one call
+    if scratch is not None and not multi:
+        GC, HC = _chunk_derivatives(lay, loss, r, A, u, y, j0, j1)
     for j in range(j0, j1):
         if scratch is None:  # scalars only: no per-row array views or calls taking arrays
             m = A[j, 0]
