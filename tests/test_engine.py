@@ -97,6 +97,8 @@ K1 = [name for name, config in CONFIGS.items() if config.get("K", 1) == 1]
 #: ``passes.reverse``, sweeps them too).
 MULTI = [name for name, config in CONFIGS.items() if config.get("K", 1) > 1 and "renew" not in config]
 MULTI_PLAIN = [name for name in MULTI if not CONFIGS[name].get("joint")]
+#: The models with renewed leaves (one output: ``engine.reverse1`` sweeps them on a team).
+RENEWED = [name for name, config in CONFIGS.items() if "renew" in config]
 
 
 def _rel(a: np.ndarray, b: np.ndarray) -> float:
@@ -224,7 +226,7 @@ def test_the_derivative_cache_changes_no_score(name: str) -> None:
 @pytest.mark.parametrize(("name", "n"), [(name, 60) for name in CONFIGS] + [
     (name, 3 * CHUNK_ROWS + 123) for name in K1 + MULTI  # the models a team sweeps (class
     # factors: small n only)
-    if not {"renew", "dataset_rule", "objective_rule", "base_newton"} & set(CONFIGS[name])])
+    if not {"dataset_rule", "objective_rule", "base_newton"} & set(CONFIGS[name])])
 def test_a_batch_scores_each_point_as_its_own_sweep_for_any_thread_count(
     name: str, n: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -265,20 +267,30 @@ def test_a_batch_scores_each_point_as_its_own_sweep_for_any_thread_count(
                 np.testing.assert_array_equal(eng.influence_reverse(test, chunk_size=3, **kw), alone)
 
 
-@pytest.mark.calls_kernels  # the general sweep without renewed leaves: the reference alone runs it
-@pytest.mark.parametrize(("name", "n"), [(name, 60) for name in MULTI_PLAIN] + [
-    (name, 3 * CHUNK_ROWS + 123) for name in ("softmax-4-floored", "one-vs-all", "multi-target")])
-def test_the_multi_output_team_sweep_equals_the_general_sweep(
-    name: str, n: int, monkeypatch: pytest.MonkeyPatch
+#: The team sweeps, by name (the tests' parameters).
+TEAM_SWEEPS = {"reverse1": reverse1, "reverse_multi": reverse_multi}
+
+
+@pytest.mark.calls_kernels  # the general sweep: the reference alone runs it
+@pytest.mark.parametrize(("sweep", "name", "n"), [("reverse_multi", name, 60) for name in MULTI_PLAIN] + [
+    ("reverse_multi", name, 3 * CHUNK_ROWS + 123)
+    for name in ("softmax-4-floored", "one-vs-all", "multi-target")
+] + [("reverse1", name, n) for name in RENEWED for n in (60, 3 * CHUNK_ROWS + 123)])
+def test_a_team_sweep_equals_the_general_sweep(
+    sweep: str, name: str, n: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``engine.reverse_multi`` against the general sweep (``passes.reverse``), the reference it
-    writes out: bit for bit where the rows make one chunk (the same additions in the same order),
-    and within 1e-13 relative where a leaf's sum over 4 chunks of rows runs chunk by chunk (each a
-    sum of ~4,000 terms, off by a few ulps of the largest: measured 3e-16 relative on Adult)."""
+    """``engine.reverse_multi`` (several outputs, plain rounds) and ``engine.reverse1`` through
+    renewed rounds (the order statistics' margin adjoints by the leaf level, the quantiles' weight
+    adjoints and the gather by the team's rows) against the general sweep (``passes.reverse``),
+    the reference they write out: bit for bit where the rows make one chunk (the same additions in
+    the same order), and within 1e-13 relative where a leaf's sum over 4 chunks of rows runs chunk
+    by chunk (each a sum of ~4,000 terms, off by a few ulps of the largest: measured 3e-16
+    relative on Adult for several outputs, 2.3e-16 for LightGBM's weighted quantile)."""
     spec = random_spec(3, n=n, m=5, **CONFIGS[name])
     engine, test = InfluenceEngine(spec.ensemble()), TestPoints(spec.test_leaf, spec.offset_test, spec.y_test)
+    module = TEAM_SWEEPS[sweep]
     calls = {"n": 0}
-    team_sweep = reverse_multi.reverse
+    team_sweep = module.reverse
 
     def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
         calls["n"] += 1
@@ -286,11 +298,11 @@ def test_the_multi_output_team_sweep_equals_the_general_sweep(
 
     kws = ({}, {"aggregate": "mean"}, {"on": "prediction", "output": spec.K - 1})
     with monkeypatch.context() as patch:
-        patch.setattr(reverse_multi, "reverse", counted)
+        patch.setattr(module, "reverse", counted)
         team = [engine.influence_reverse(test, **kw) for kw in kws]
     assert calls["n"] >= len(kws)  # the team's sweep ran (once per batch of test points)
     with monkeypatch.context() as patch:
-        patch.setattr(reverse_multi, "applies", lambda st: False)
+        patch.setattr(module, "applies", lambda st: False)
         general = [engine.influence_reverse(test, **kw) for kw in kws]
     for got, expected in zip(team, general, strict=True):
         if n <= CHUNK_ROWS:

@@ -12,10 +12,10 @@ chosen. Private to the engine.
 
 the last two also with their passes over the rows shared by a team (:mod:`.pointjobs`).
 
-(The reverse sweep of one-output models with plain rounds runs in :mod:`.reverse1` instead, and
-that of models of several outputs, their rounds plain or joint, in :mod:`.reverse_multi`, each
-on a team of threads; :mod:`.core` chooses them. :func:`reverse` sweeps models with renewed
-leaves, and is the reference the tests hold the other two to.) Each pass walks the
+(The reverse sweep of one-output models, their rounds plain or renewed, runs in :mod:`.reverse1`
+instead, and that of models of several outputs, their rounds plain or joint, in
+:mod:`.reverse_multi`, each on a team of threads; :mod:`.core` chooses them. :func:`reverse` is
+the reference the tests hold the other two to.) Each pass walks the
 rounds and hands each one to its leaf rule: :mod:`.plain` (Newton or gradient steps), :mod:`.joint`
 (one joint softmax step), :mod:`.renewed` (quantile leaves) or :mod:`.backtracking`
 (AnyImprovement). The rule groups of a model without such trees are None, and the tests ``group is

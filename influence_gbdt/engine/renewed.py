@@ -4,7 +4,10 @@ quantiles of residuals (:mod:`.quantile`). Private to the engine.
 A renewed tree is alone in its round and adds to output 0. The replay stores, per leaf, the rows
 (global indices) of the order statistics its quantile follows with their coefficients
 (``ren_sel``, ``ren_coef``) and the weight-derivative descriptor (``ren_wd``); the reverse and
-forward sweeps differentiate through those, the refit recomputes the quantiles.
+forward sweeps differentiate through those, the refit recomputes the quantiles. The reverse
+sweep's step is written twice: :func:`reverse_tree` for the general sweep (:func:`.passes.reverse`,
+the tests' reference) and :func:`reverse_leaves` / :func:`reverse_rows` for a team's
+(:mod:`.reverse1`), the same additions in the same order.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .. import _jit as numba
+from .indexing import INDEX
 from .quantile import QUANTILE_CATBOOST, quantile, residual
 from .state import Layout, Renewed, Rows, Sums, Trees
+from .team import CHUNK_ROWS
 
 #: Functions only compiled code calls: no Python wrapper to compile (see ``_jit.njit``).
 _internal = numba.njit(cache=True, nogil=True, internal=True)
@@ -84,16 +89,23 @@ def _before_pivot(ren: Renewed, gl: int, j: int, r_j: float, r_p: float) -> tupl
 
 
 @_internal
+def _slope(ren: Renewed, gl: int, j: int, r_j: float, r_p: float) -> float:
+    """``dQ / dw_j`` of leaf ``gl`` whose descriptor ``ren_wd[gl, 0]`` is not 0, from row ``j``'s
+    residual ``r_j`` and the pivot's ``r_p``."""
+    wd = ren.ren_wd[gl]
+    before, at = _before_pivot(ren, gl, j, r_j, r_p)
+    return wd[0] * (wd[1] - before - at * wd[2])
+
+
+@_internal
 def _weight_derivative(y: NDArray[np.float64], ren: Renewed, gl: int, A: NDArray[np.float64],
                        j: int) -> float:
     """``dQ / dw_j`` of leaf ``gl`` (LightGBM's weight-interpolated quantile; 0 otherwise)."""
-    wd = ren.ren_wd[gl]
-    if wd[0] == 0.0:
+    if ren.ren_wd[gl, 0] == 0.0:
         return 0.0
     p = ren.ren_sel[gl, 1]
     r_p = residual(ren.q_method, y[p, 0], A[p, 0])
-    before, at = _before_pivot(ren, gl, j, residual(ren.q_method, y[j, 0], A[j, 0]), r_p)
-    return wd[0] * (wd[1] - before - at * wd[2])
+    return _slope(ren, gl, j, residual(ren.q_method, y[j, 0], A[j, 0]), r_p)
 
 
 @_internal
@@ -118,6 +130,104 @@ def reverse_tree(
                 slope = _weight_derivative(y, ren, gl, A, j)
                 for b in range(B):
                     w_bar[b, j] += u_bar[b, gl - rl0] * slope
+
+
+@_internal
+def reverse_leaves(
+    lay: Layout, y: NDArray[np.float64], ren: Renewed, stored: NDArray[np.float64], t: int,
+    A: NDArray[np.float64], u_bar: NDArray[np.float64], aT: NDArray[np.float64], UT: NDArray[np.float64],
+    pivot: NDArray[np.float64],
+) -> None:
+    """:func:`reverse_tree`'s leaf level on a team (:mod:`.reverse1`'s layout), by one thread
+    between two barriers: from ``u_bar`` (B, leaves of the round), d objective / d (leaf value /
+    learning rate), the margin adjoints ``aT`` (n, B) of each leaf's order statistics, in
+    :func:`reverse_tree`'s order; for :func:`reverse_rows`, each leaf's ``u_bar`` in ``UT``
+    (leaves, B) and, where the leaf's quantile depends on the weights, its pivot's residual in
+    ``pivot`` (leaves,), at the margin entering the tree (``A`` (n, 1) holds those leaving it,
+    ``stored`` the tree's leaf values: :func:`.common.add_round`'s subtraction)."""
+    B = aT.shape[1]
+    gl0 = lay.leaf_off[t]
+    for gl in range(gl0, lay.leaf_off[t + 1]):
+        lj = gl - gl0
+        for k in range(2):
+            j = ren.ren_sel[gl, k]
+            if j >= 0:
+                for b in range(B):
+                    aT[j, b] -= u_bar[b, lj] * ren.ren_coef[gl, k]  # residual = y - m
+        for b in range(B):
+            UT[lj, b] = u_bar[b, lj]
+        if ren.ren_wd[gl, 0] != 0.0:
+            p = ren.ren_sel[gl, 1]
+            pivot[lj] = residual(ren.q_method, y[p, 0], A[p, 0] + -1.0 * stored[gl0 + lay.leaf[t, p]])
+
+
+@_internal
+def _margins_and_gather(
+    leaf_t: NDArray[np.int32], leaf_g: NDArray[np.int32], stored_t: NDArray[np.float64],
+    a_in: NDArray[np.float64], a_rows: NDArray[np.float64], PT: NDArray[np.float64], j0: int,
+) -> None:
+    """:func:`reverse_rows`'s margins and gather in one pass, chunk by chunk (rows ``j0 ..``:
+    ``leaf_t`` their leaves in the round's tree, ``leaf_g`` in the previous round's one tree)."""
+    m, B = a_rows.shape
+    for c in range(j0 // CHUNK_ROWS, (j0 + m - 1) // CHUNK_ROWS + 1):
+        i0, i1 = max(c * CHUNK_ROWS - j0, 0), min((c + 1) * CHUNK_ROWS - j0, m)
+        sums = PT[c]
+        if B == 1:  # one objective: contiguous (rows,) and (leaves,) views, no loop over the batch
+            one, sums1 = a_rows.reshape(m), sums.reshape(sums.shape[0])
+            for i in range(i0, i1):
+                a_in[i] += -1.0 * stored_t[leaf_t[i] & INDEX]
+                sums1[leaf_g[i] & INDEX] += one[i]
+            continue
+        for i in range(i0, i1):
+            a_in[i] += -1.0 * stored_t[leaf_t[i] & INDEX]
+            k = leaf_g[i] & INDEX
+            row, to = a_rows[i], sums[k]
+            for b in range(B):
+                to[b] += row[b]
+
+
+@_internal
+def reverse_rows(
+    lay: Layout, y: NDArray[np.float64], ren: Renewed, stored: NDArray[np.float64], r: int,
+    A: NDArray[np.float64], j0: int, j1: int, UT: NDArray[np.float64], pivot: NDArray[np.float64],
+    aT: NDArray[np.float64], W: NDArray[np.float64], PT: NDArray[np.float64], gather: bool,
+) -> None:
+    """:func:`reverse_tree`'s rows ``j0 .. j1 - 1`` on a team (:mod:`.reverse1`'s layout) for
+    renewed round ``r`` (one tree), after :func:`reverse_leaves`: each row's margin ``A[j - j0]``
+    ((j1 - j0, 1)) moved back to the one entering the round, its weight adjoints ``W[j - j0]`` (B,)
+    through its leaf's quantile where that depends on the weights, then (if ``gather``) its margin
+    adjoints ``aT[j]`` (B,) into round ``r - 1``'s leaves, the sums ``PT[j // CHUNK_ROWS]`` of its
+    chunk (leaves of that round, B). Loops over arrays sliced from ``j0``, indices ``& INDEX``
+    (see :mod:`.indexing`)."""
+    B = aT.shape[1]
+    t = lay.round_ptr[r]
+    gl0, gl1 = lay.leaf_off[t], lay.leaf_off[t + 1]
+    m = j1 - j0
+    leaf_t, a_in, stored_t, a_rows = lay.leaf[t, j0:j1], A.reshape(m), stored[gl0:gl1], aT[j0:j1]
+    weighted = False
+    for gl in range(gl0, gl1):
+        weighted = weighted or ren.ren_wd[gl, 0] != 0.0
+    g0 = lay.round_ptr[r - 1] if gather else t
+    if gather and t - g0 == 1 and not weighted:  # one pass: every renewed default of the three libraries
+        _margins_and_gather(leaf_t, lay.leaf[g0, j0:j1], stored_t, a_in, a_rows, PT, j0)
+        return
+    for i in range(m):
+        a_in[i] += -1.0 * stored_t[leaf_t[i] & INDEX]
+    if weighted:  # LightGBM's weight-interpolated quantiles
+        for i in range(m):
+            lj = leaf_t[i] & INDEX
+            if ren.ren_wd[gl0 + lj, 0] != 0.0:
+                r_j = residual(ren.q_method, y[j0 + i, 0], a_in[i])
+                slope = _slope(ren, gl0 + lj, j0 + i, r_j, pivot[lj])
+                for b in range(B):
+                    W[i, b] += UT[lj, b] * slope
+    for tg in range(g0, t):
+        leaf_g, base = lay.leaf[tg, j0:j1], lay.leaf_off[tg] - lay.leaf_off[g0]
+        for i in range(m):
+            c = ((j0 + i) // CHUNK_ROWS) & INDEX
+            k = base + (leaf_g[i] & INDEX)
+            for b in range(B):
+                PT[c, k, b] += a_rows[i, b]
 
 
 @_internal

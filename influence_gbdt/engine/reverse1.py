@@ -1,6 +1,7 @@
-"""The reverse sweep of a one-output model whose rounds all take plain steps (numba): a batch of
-objectives in one pass over the rows per round, the rows split over a team of threads. Private to
-the engine.
+"""The reverse sweep of a one-output model whose rounds take plain steps or renew their leaves
+(numba): a batch of objectives in one pass over the rows per round, the rows split over a team of
+threads. Private to the engine. (A renewed round's part is :mod:`.renewed`'s
+:func:`~.renewed.reverse_leaves` and :func:`~.renewed.reverse_rows`.)
 
 It computes what the general sweep (:func:`.passes.reverse` over :mod:`.plain`'s round functions)
 computes, with the same additions in the same order except one: a leaf's sum over its rows runs
@@ -42,11 +43,23 @@ from numpy.typing import NDArray
 
 from .. import _jit as numba
 from ..losses import LOGLOSS, Params4, params4, point1, step_derivs1, step_logloss, step_logloss_at
+from . import renewed as renewed_rule
 from . import team
 from .common import add_chunk_sums, kept_point, per_row, start_leaf_sums
 from .indexing import INDEX
 from .plain import leaf_adjoints
-from .state import Cache, Layout, LossSpec, Rows, State, Sums, Trees, every_step_cached, largest_round
+from .state import (
+    Cache,
+    Layout,
+    LossSpec,
+    Renewed,
+    Rows,
+    State,
+    Sums,
+    Trees,
+    every_step_cached,
+    largest_round,
+)
 from .team import CHUNK_ROWS, barrier, n_chunks, own_rows, rows_team
 
 _internal = numba.njit(cache=True, nogil=True, internal=True)
@@ -70,6 +83,7 @@ class Work(NamedTuple):
     u_bar: NDArray[np.float64]  # (B, most leaves of a round) the leaf level's
     g_bar: NDArray[np.float64]  # (B, most slots of a round)
     d_bar: NDArray[np.float64]  # (B, most slots of a round)
+    pivot: NDArray[np.float64]  # (most leaves of a round,) see .renewed.reverse_leaves; (0,) if none renewed
 
 
 #: Rows per block of the deferred weight pass (its (block, B) sums stay in the L1/L2 cache).
@@ -139,16 +153,24 @@ def _slot_row(k: int, L: int, S: int, leaf_major: bool) -> int:
 
 
 @_internal
-def _leaf_level(lay: Layout, trees: Trees, sums: Sums, r: int, n: int, c_leaf: NDArray[np.float64],
-                work: Work, defer: bool) -> None:
+def _leaf_level(lay: Layout, trees: Trees, rows: Rows, sums: Sums, ren: Renewed | None, r: int, n: int,
+                c_leaf: NDArray[np.float64], work: Work, defer: bool) -> None:
     """Round ``r``'s leaf level, by one thread: its leaves' adjoints (the chunks' sums in chunk
     order), through its steps (:func:`.plain.leaf_adjoints`) to its leaf-sum adjoints in
-    ``work.GT``, ``work.DT`` (kept for every step if ``defer``, else the round's from row 0);
-    then round ``r - 1``'s sums started."""
+    ``work.GT``, ``work.DT`` (kept for every step if ``defer``, else the round's from row 0), or
+    a renewed round's through its quantiles (:func:`.renewed.reverse_leaves`: its leaves'
+    adjoints in ``work.GT``); then round ``r - 1``'s sums started."""
     PT, u_bar = work.PT, work.u_bar
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     n_round = lay.leaf_off[t1] - lay.leaf_off[t0]
     add_chunk_sums(PT, n_round, u_bar)
+    if ren is not None and ren.renew[t0]:
+        leaf_adjoints(lay, trees, sums, r, n, u_bar, work.g_bar, work.d_bar, work.big_w_bar, True)
+        renewed_rule.reverse_leaves(lay, rows.y, ren, sums.stored, t0, work.A, u_bar, work.aT, work.GT,
+                                    work.pivot)
+        if r > 0:
+            start_leaf_sums(lay, r - 1, c_leaf, PT)
+        return
     leaf_adjoints(lay, trees, sums, r, n, u_bar, work.g_bar, work.d_bar, work.big_w_bar, False)
     rs0 = lay.sl_off[lay.step_ptr[t0]]
     o = rs0 if defer else 0
@@ -582,7 +604,8 @@ def _logloss_weights4(
 @numba.njit(cache=True, nogil=True)
 def sweep(
     tid: int, n_team: int, bar: NDArray[np.int64], lay: Layout, trees: Trees, rows: Rows, loss: LossSpec,
-    sums: Sums, cache: Cache, c_leaf: NDArray[np.float64], work: Work, defer: bool, every: bool,
+    sums: Sums, cache: Cache, ren: Renewed | None, c_leaf: NDArray[np.float64], work: Work, defer: bool,
+    every: bool,
 ) -> None:
     """Thread ``tid``'s part of the sweep of a team of ``n_team`` (see :mod:`.team`): the rows of
     its chunks; thread 0 also the leaf level of every round and ``work.a0_bar``. Fills
@@ -595,17 +618,23 @@ def sweep(
     aT, PT = work.aT, work.PT
     aT[j0:j1] = 0.0  # (each thread its own rows: not one thread for all)
     work.w_rows[j0:j1] = 0.0
+    if ren is not None:  # a renewed round's leaf level writes the margin adjoints of any thread's rows
+        barrier(bar, n_team)
     A = work.A[j0:j1]
     W = work.w_rows[j0:j1]  # this thread's rows' weight adjoints (summed here unless deferred)
     if R > 0 and tid == 0:  # (the general sweep adds zero margin adjoints here: its -0.0 become 0.0)
         start_leaf_sums(lay, R - 1, c_leaf, PT)
     for r in range(R - 1, -1, -1):
         if tid == 0:
-            _leaf_level(lay, trees, sums, r, n, c_leaf, work, defer)
+            _leaf_level(lay, trees, rows, sums, ren, r, n, c_leaf, work, defer)
         barrier(bar, n_team)
-        base = 0 if defer else lay.sl_off[lay.step_ptr[lay.round_ptr[r]]]
-        _row_pass(lay, trees, rows, loss, sums, cache, r, every, A, j0, j1, work.GT, work.DT, base, aT, True,
-                  W, not defer, PT, r > 0)
+        if ren is not None and ren.renew[lay.round_ptr[r]]:
+            renewed_rule.reverse_rows(lay, rows.y, ren, sums.stored, r, A, j0, j1, work.GT, work.pivot, aT, W,
+                                      PT, r > 0)
+        else:
+            base = 0 if defer else lay.sl_off[lay.step_ptr[lay.round_ptr[r]]]
+            _row_pass(lay, trees, rows, loss, sums, cache, r, every, A, j0, j1, work.GT, work.DT, base, aT,
+                      True, W, not defer, PT, r > 0)
         barrier(bar, n_team)
     if tid == 0:
         for j in range(n):
@@ -618,7 +647,8 @@ def sweep(
 @numba.njit(cache=True, nogil=True)
 def sweep_one(
     tid: int, n_team: int, bar: NDArray[np.int64], lay: Layout, trees: Trees, rows: Rows, loss: LossSpec,
-    sums: Sums, cache: Cache, c_leaf: NDArray[np.float64], work: Work, A: NDArray[np.float64] | None,
+    sums: Sums, cache: Cache, ren: Renewed | None, c_leaf: NDArray[np.float64], work: Work,
+    A: NDArray[np.float64] | None,
 ) -> None:
     """:func:`sweep` of one objective through a model whose every round is one tree (every
     one-output default of the three libraries), by :func:`_row_pass_one`: a kernel of its own,
@@ -632,16 +662,22 @@ def sweep_one(
     aT, PT = work.aT, work.PT
     aT[j0:j1] = 0.0
     work.w_rows[j0:j1] = 0.0
+    if ren is not None:  # see sweep
+        barrier(bar, n_team)
     W = work.w_rows[j0:j1]
     R = lay.round_ptr.shape[0] - 1
     if R > 0 and tid == 0:
         start_leaf_sums(lay, R - 1, c_leaf, PT)
     for r in range(R - 1, -1, -1):
         if tid == 0:
-            _leaf_level(lay, trees, sums, r, n, c_leaf, work, False)
+            _leaf_level(lay, trees, rows, sums, ren, r, n, c_leaf, work, False)
         barrier(bar, n_team)
-        _row_pass_one(lay, trees, rows, loss, sums, cache, r, A, j0, j1, work.GT, work.DT,
-                      lay.sl_off[lay.step_ptr[lay.round_ptr[r]]], aT, W, PT, r > 0)
+        if ren is not None and ren.renew[lay.round_ptr[r]]:  # (no renewed step is cached: A is work.A)
+            renewed_rule.reverse_rows(lay, rows.y, ren, sums.stored, r, work.A[j0:j1], j0, j1, work.GT,
+                                      work.pivot, aT, W, PT, r > 0)
+        else:
+            _row_pass_one(lay, trees, rows, loss, sums, cache, r, A, j0, j1, work.GT, work.DT,
+                          lay.sl_off[lay.step_ptr[lay.round_ptr[r]]], aT, W, PT, r > 0)
         barrier(bar, n_team)
     if tid == 0:
         for j in range(n):
@@ -649,9 +685,10 @@ def sweep_one(
 
 
 def applies(st: State) -> bool:
-    """Whether :func:`reverse` sweeps this model: one output, plain rounds only. (Decided by the
-    model alone, never by the batch or the threads: the scores must not depend on them.)"""
-    return st.loss.K == 1 and st.joint is None and st.renewed is None
+    """Whether :func:`reverse` sweeps this model: one output, its rounds plain or renewed (no
+    joint rounds). (Decided by the model alone, never by the batch or the threads: the scores must
+    not depend on them.)"""
+    return st.loss.K == 1 and st.joint is None
 
 
 #: Most objectives of a batch whose weight adjoints are summed in the sweep, in the same pass as
@@ -690,7 +727,8 @@ def reverse(
     n_slots = int(lay.sl_off[-1])
     Bp = padded(B)
     defer = B > DEFER_ABOVE and _weights_in_fours(st) and n_slots * Bp * 16.0 * concurrent <= KEPT_BYTES
-    kept = n_slots if defer else most_slots
+    renewed = st.renewed is not None  # a renewed round's leaf adjoints go in GT: a row per leaf
+    kept = n_slots if defer else max(most_slots, most_leaves if renewed else 0)
     c = _lined((Bp, c_leaf.shape[1]))
     c[:B] = c_leaf
     every = every_step_cached(st)
@@ -698,9 +736,10 @@ def reverse(
                 w_rows=_lined((n, Bp), False), a0_bar=np.zeros((Bp, 1)), big_w_bar=np.zeros(Bp),
                 PT=_lined((n_chunks(n), most_leaves, Bp)), GT=_lined((kept, Bp), False),
                 DT=_lined((kept, Bp), False), u_bar=np.empty((Bp, most_leaves)),
-                g_bar=np.empty((Bp, most_slots)), d_bar=np.empty((Bp, most_slots)))
+                g_bar=np.empty((Bp, most_slots)), d_bar=np.empty((Bp, most_slots)),
+                pivot=np.empty(most_leaves if renewed else 0))
     n_team = rows_team(threads, n)
-    groups = (st.lay, st.trees, st.rows, st.loss, st.sums, st.cache)
+    groups = (st.lay, st.trees, st.rows, st.loss, st.sums, st.cache, st.renewed)
     if B == 1 and bool(np.all(np.diff(lay.round_ptr) == 1)):
         team.run(sweep_one, n_team, *groups, c, work, None if every else work.A)
     else:
