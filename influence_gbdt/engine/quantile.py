@@ -62,6 +62,26 @@ def residual(method: int, y: float, m: float) -> float:
 
 
 @_internal
+def _kth(r: NDArray[np.float64], k: int) -> int:
+    """The position in ``r`` (n,) of its ``k``-th smallest value in the stable ascending order
+    (ties by position: ``np.argsort(r, kind="mergesort")[k]``), in O(n): the value by
+    ``np.partition``, then its ``k - (values below it)``-th occurrence. Measured in the replay of
+    ``LGBMRegressor(objective="quantile")`` on Adult: see docs/performance.md (stop 65)."""
+    v = np.partition(r, k)[k]
+    below = 0
+    for i in range(r.shape[0]):
+        if r[i] < v:
+            below += 1
+    left = k - below
+    for i in range(r.shape[0]):
+        if r[i] == v:
+            if left == 0:
+                return i
+            left -= 1
+    return -1  # not reached: v is one of r's values
+
+
+@_internal
 def quantile(  # noqa: C901 -- one branch per booster definition
     method: int, r: NDArray[np.float64], w: NDArray[np.float64], alpha: float, weighted: bool,
     delta: float, sel: NDArray[np.int64], coef: NDArray[np.float64], wd: NDArray[np.float64],
@@ -70,10 +90,13 @@ def quantile(  # noqa: C901 -- one branch per booster definition
     """The booster's ``alpha`` quantile of residuals ``r`` (n,) with weights ``w`` (n,).
 
     ``weighted``: the booster used a weight vector (XGBoost and LightGBM take another path then,
-    even for all-one weights). Outputs: ``order`` (n,) the stable ascending order of ``r``;
-    ``sel`` (2,) positions in ``r`` of the order statistics the quantile follows (-1: none) and
-    ``coef`` (2,) ``dQ / dr[sel]``; ``wd`` (4,) = ``(slope, alpha, c, p)`` of the weight derivative
-    (slope 0: none; see :func:`weight_slope`). Returns 0 for an empty leaf.
+    even for all-one weights). Outputs: ``order`` (n,) the stable ascending order of ``r`` where
+    the definition sums weights in that order (XGBoost's and LightGBM's weighted quantiles,
+    CatBoost's with weights other than 1), else left as it was (the order statistics are then
+    selected, :func:`_kth`, in O(n) instead of sorted); ``sel`` (2,) positions in ``r`` of the
+    order statistics the quantile follows (-1: none) and ``coef`` (2,) ``dQ / dr[sel]``; ``wd``
+    (4,) = ``(slope, alpha, c, p)`` of the weight derivative (slope 0: none; see
+    :func:`weight_slope`). Returns 0 for an empty leaf.
     """
     n = r.shape[0]
     sel[:] = -1
@@ -81,25 +104,35 @@ def quantile(  # noqa: C901 -- one branch per booster definition
     wd[:] = 0.0
     if n == 0:
         return 0.0
-    order[:] = np.argsort(r, kind="mergesort")
     if method == QUANTILE_CATBOOST:  # its -/+ delta applies to a single row too
         return _catboost(r, w, order, alpha, delta, sel, coef)
     if n == 1:
-        sel[0], coef[0] = order[0], 1.0
-        return r[order[0]]
+        sel[0], coef[0] = 0, 1.0
+        return r[0]
     if method == QUANTILE_XGBOOST and not weighted:
         if alpha <= 1.0 / (n + 1):
-            sel[0], coef[0] = order[0], 1.0
-            return r[order[0]]
+            sel[0], coef[0] = _kth(r, 0), 1.0
+            return r[sel[0]]
         if alpha >= n / (n + 1.0):
-            sel[0], coef[0] = order[n - 1], 1.0
-            return r[order[n - 1]]
+            sel[0], coef[0] = _kth(r, n - 1), 1.0
+            return r[sel[0]]
         x = alpha * (n + 1)
         k = math.floor(x) - 1
         d = x - 1 - k
-        lo, hi = r[order[k]], r[order[k + 1]]
-        sel[0], sel[1], coef[0], coef[1] = order[k], order[k + 1], 1.0 - d, d
+        sel[0], sel[1], coef[0], coef[1] = _kth(r, k), _kth(r, k + 1), 1.0 - d, d
+        lo, hi = r[sel[0]], r[sel[1]]
         return _f32(lo + d * _f32(hi - lo))
+    if not weighted:  # LightGBM, linear interpolation at (n - 1) alpha over the ascending order
+        fp = (n - 1) * (1.0 - alpha)
+        p = int(fp) + 1
+        if p >= n:
+            sel[0], coef[0] = _kth(r, 0), 1.0
+            return r[sel[0]]
+        b = fp - (p - 1)
+        upper, lower = _kth(r, n - p), _kth(r, n - 1 - p)  # descending positions p - 1 and p
+        sel[0], sel[1], coef[0], coef[1] = upper, lower, 1.0 - b, b
+        return r[upper] - (r[upper] - r[lower]) * b
+    order[:] = np.argsort(r, kind="mergesort")
     if method == QUANTILE_XGBOOST:  # weighted: a step function of the float32 cumulative weight
         cdf = np.empty(n)
         acc32 = np.float32(0.0)
@@ -112,16 +145,6 @@ def quantile(  # noqa: C901 -- one branch per booster definition
             i += 1
         sel[0], coef[0] = order[i], 1.0
         return r[order[i]]
-    if not weighted:  # LightGBM, linear interpolation at (n - 1) alpha over the ascending order
-        fp = (n - 1) * (1.0 - alpha)
-        p = int(fp) + 1
-        if p >= n:
-            sel[0], coef[0] = order[0], 1.0
-            return r[order[0]]
-        b = fp - (p - 1)
-        upper, lower = order[n - p], order[n - 1 - p]  # descending positions p - 1 and p
-        sel[0], sel[1], coef[0], coef[1] = upper, lower, 1.0 - b, b
-        return r[upper] - (r[upper] - r[lower]) * b
     # LightGBM weighted (4.7.0)
     cdf = np.empty(n)
     acc = 0.0
@@ -147,6 +170,31 @@ def quantile(  # noqa: C901 -- one branch per booster definition
 
 
 @_internal
+def _catboost_stat(r: NDArray[np.float64], w: NDArray[np.float64], order: NDArray[np.int64],
+                   need: float) -> int:
+    """The position in ``r`` of :func:`_catboost`'s order statistic: the first in the stable
+    ascending order whose cumulative weight reaches ``need``. Its leaves weigh every row 1: then
+    it is selected (:func:`_kth`), the cumulative weight of the first ``i + 1`` being ``i + 1``;
+    ``order`` is filled only for other weights."""
+    n = r.shape[0]
+    unit = True
+    for j in range(n):
+        unit = unit and w[j] == 1.0
+    if unit:
+        i, acc = 0, 1.0
+        while i < n - 1 and acc < need - _DBL_EPS:
+            i += 1
+            acc += 1.0
+        return _kth(r, i)
+    order[:] = np.argsort(r, kind="mergesort")
+    i, acc = 0, w[order[0]]
+    while i < n - 1 and acc < need - _DBL_EPS:
+        i += 1
+        acc += w[order[i]]
+    return order[i]
+
+
+@_internal
 def _catboost(
     r: NDArray[np.float64], w: NDArray[np.float64], order: NDArray[np.int64], alpha: float, delta: float,
     sel: NDArray[np.int64], coef: NDArray[np.float64],
@@ -157,13 +205,10 @@ def _catboost(
     for j in range(n):
         total += w[j]
     need = total * alpha
-    i, acc = 0, w[order[0]]
-    while i < n - 1 and acc < need - _DBL_EPS:
-        i += 1
-        acc += w[order[i]]
-    q = r[order[i]]
+    at = _catboost_stat(r, w, order, need)
+    q = r[at]
     if n >= 100 and q == 0.0:  # CatBoost bisects from 100 rows on: it lands just above 0 there
-        lo, hi = r[order[0]] - _DBL_EPS, r[order[n - 1]]
+        lo, hi = r[_kth(r, 0)] - _DBL_EPS, r[_kth(r, n - 1)]
         for _ in range(100):
             mid = (lo + hi) / 2
             below = 0.0
@@ -175,7 +220,7 @@ def _catboost(
             else:
                 hi = mid
         q = hi
-    sel[0], coef[0] = order[i], 1.0
+    sel[0], coef[0] = at, 1.0
     if delta > 0.0:
         less, equal = 0.0, 0.0
         for j in range(n):
@@ -224,6 +269,8 @@ def quantile_weight_derivative(
     order = np.empty(n, dtype=np.int64)
     quantile(method, values, w, alpha, weighted, delta, sel, coef, wd, order)
     out = np.zeros(n)
+    if wd[0] == 0.0:  # a step function of the weights (and ``order`` perhaps not filled)
+        return out
     for position in range(n):
         out[order[position]] = weight_slope(wd, position)
     return out
