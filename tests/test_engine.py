@@ -341,12 +341,12 @@ def test_test_points_are_batched_in_order_as_few_as_the_limit_allows(m: int, per
     assert max(reverse1.padded(b.size) for b in _team_batches(m, most)) <= per_batch
 
 
-@pytest.mark.parametrize("name", [name for name in CONFIGS if "renew" not in CONFIGS[name]])
+@pytest.mark.parametrize("name", list(CONFIGS))
 def test_the_replay_is_the_same_on_any_number_of_threads(name: str) -> None:
     """Bit for bit: the replay's passes over the rows split over 1 to 4 threads (4 chunks of rows)
     give the same leaf values, decided steps, leaf sums (a joint round's full hessians too) and
-    cached derivatives, and so the same scores. (Models with renewed rounds replay on one
-    thread.)"""
+    cached derivatives, and so the same scores (a renewed tree's leaves shared out, each leaf's
+    quantile by one thread, its order statistics recorded)."""
     spec = random_spec(5, n=3 * CHUNK_ROWS + 123, **CONFIGS[name])
     test = TestPoints(spec.test_leaf, spec.offset_test, spec.y_test)
     first = None
@@ -354,7 +354,8 @@ def test_the_replay_is_the_same_on_any_number_of_threads(name: str) -> None:
         engine = InfluenceEngine(spec.ensemble(), n_threads=threads)
         st = engine._state
         got = (engine.leaf_values, engine.train_margin, engine.n_steps, engine.step_scales, *st.sums,
-               *(st.joint or ()), st.cache.DER, engine.influence_reverse(test, aggregate="mean"))
+               *(st.joint or ()), *(st.renewed or ()), st.cache.DER,
+               engine.influence_reverse(test, aggregate="mean"))
         if first is None:
             first = got
             continue

@@ -35,7 +35,7 @@ from . import renewed as renewed_rule
 from .common import NONE, add_round, advance_row, per_row, round_sizes
 from .fastobj import fill_sum_order
 from .pointjobs import FORWARD, KEEP, REFIT, PointWork, advance, leaf_shares1, make_point_work, share_sums
-from .rowjobs import Work, joint_sums, make_work, serve, stop
+from .rowjobs import Work, joint_sums, make_work, renew_tree, serve, stop
 from .rowjobs import add_round as add_round_team
 from .state import Backtrack, Cache, Joint, Layout, LossSpec, Renewed, Rows, State, Sums, Trees, largest_round
 from .team import n_chunks, rows_team
@@ -69,7 +69,7 @@ def replay(
     whose accepted steps are decided here as the booster decides them (and recorded in
     ``trees.n_steps`` / ``trees.scales``). Margins move by the *stored* leaf values, so every tree is
     recomputed at the booster's own margins and a last-bit difference in one tree cannot cascade
-    into the next. Renewed rounds run on thread 0 alone (a team of one for such models).
+    into the next. A renewed round's leaves are shared out to the team, each leaf to one thread.
     """
     n = A.shape[0]
     if tid > 0:
@@ -84,7 +84,7 @@ def replay(
     for r in range(lay.round_ptr.shape[0] - 1):
         t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
         if renewed is not None and renewed.renew[t0]:
-            renewed_rule.replay_tree(lay, trees, rows, sums, renewed, t0, A)
+            renew_tree(lay, trees, rows, loss, sums, cache, joint, bt, A, work, scratch, t0)
         else:
             if bt is not None and bt.backtrack[t0]:
                 backtracking.replay_round(lay, trees, rows, loss, sums, cache, bt, r, A, mean_w, work, d,
@@ -104,10 +104,8 @@ def replay(
 
 
 def replay_team(st: State, threads: int) -> int:
-    """How many threads replay ``st``'s model: one for models with renewed rounds (thread 0
-    computes those alone), else up to ``threads`` (one per chunk of rows at most)."""
-    if st.renewed is not None:
-        return 1
+    """How many threads replay ``st``'s model: up to ``threads`` (one per chunk of rows at
+    most)."""
     return rows_team(threads, st.lay.leaf.shape[1])
 
 
@@ -127,7 +125,7 @@ def replay_work(st: State, n_team: int) -> Work:
     parts = n_chunks(n) + (bt.bt_threads if bt is not None else 0)
     return make_work(n_team, n, n_groups, int(lay.leaf_off[-1]), int(np.diff(lay.leaf_off).max()),
                      largest_round(lay)[1], parts, n if bt is not None and bt.bt_obj >= 0 else 0,
-                     st.loss.K if st.joint is not None else 0)
+                     st.loss.K if st.joint is not None else 0, st.renewed)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -61,14 +61,29 @@ def _scratch(n: int) -> tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np
 
 
 @_internal
-def replay_tree(
-    lay: Layout, trees: Trees, rw: Rows, sums: Sums, ren: Renewed, t: int, A: NDArray[np.float64]
+def replay_leaves(
+    lay: Layout, trees: Trees, rw: Rows, sums: Sums, ren: Renewed | None, t: int, A: NDArray[np.float64],
+    tid: int, n_team: int,
 ) -> None:
-    """Recompute renewed tree ``t``'s leaves at margins ``A`` (n, K); record the descriptors."""
+    """Thread ``tid``'s share of renewed tree ``t``'s leaves, recomputed at margins ``A`` (n, K),
+    their descriptors recorded (the replay's job :data:`.rowjobs.RENEW`): the leaves whose rows'
+    middle (in the tree's rows by leaf) falls in the ``tid``-th of ``n_team`` equal parts of the
+    rows. Each leaf is computed whole by one thread, so the values do not depend on the team.
+    (``ren`` None: a model without renewed rounds, which compiles none of this.)"""
+    if ren is None:
+        return
     n = A.shape[0]
-    buf, rows, order, sel, coef, wd = _scratch(n)
+    most = 0
+    for gl in range(lay.leaf_off[t], lay.leaf_off[t + 1]):
+        if min((2 * lay.leaf_first[gl] + lay.leaf_count[gl]) * n_team // (2 * n), n_team - 1) == tid:
+            most = max(most, lay.leaf_count[gl])
+    if most == 0:
+        return
+    buf, rows, order, sel, coef, wd = _scratch(most)
     none = np.empty((0, A.shape[1]))
     for gl in range(lay.leaf_off[t], lay.leaf_off[t + 1]):
+        if min((2 * lay.leaf_first[gl] + lay.leaf_count[gl]) * n_team // (2 * n), n_team - 1) != tid:
+            continue
         q, _ = _leaf_quantile(lay, rw.y, ren, t, gl, A, none, False, rw.w, -1, buf, rows, sel, coef, wd,
                               order)
         sums.values[gl] = trees.lr[t] * q

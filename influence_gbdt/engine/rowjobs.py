@@ -2,13 +2,14 @@
 
 The replay (:func:`.passes.replay`) walks the rounds on thread 0, the driver. At each pass over
 the rows -- a leaf step's sums (:func:`step_sums`, a joint round's :func:`joint_sums`), a
-backtracking try's objective (:func:`try_objective`), a round's margin update (:func:`add_round`)
--- the driver *posts* a job that every thread of the team (:mod:`.team`) does on its own chunks of
-:data:`.team.CHUNK_ROWS` rows (for an objective: its share of the objective's parts,
-:mod:`.objective`); the other threads wait for jobs in :func:`serve`. The driver then adds the
-chunks' results in chunk order: a leaf's sum over its rows is summed chunk by chunk, each chunk in
-row order (for up to 4,096 rows, one chunk: row order), so the replay's sums, decisions and caches
-are the same whatever the number of threads.
+backtracking try's objective (:func:`try_objective`), a renewed tree's quantiles
+(:func:`renew_tree`), a round's margin update (:func:`add_round`) -- the driver *posts* a job
+that every thread of the team (:mod:`.team`) does on its own chunks of :data:`.team.CHUNK_ROWS`
+rows (for an objective: its share of the objective's parts, :mod:`.objective`; for quantiles:
+its share of the tree's leaves, each leaf by one thread); the other threads wait for jobs in
+:func:`serve`. The driver then adds the chunks' results in chunk order: a leaf's sum over its rows
+is summed chunk by chunk, each chunk in row order (for up to 4,096 rows, one chunk: row order), so
+the replay's sums, decisions and caches are the same whatever the number of threads.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from ..losses import (
     weighted,
 )
 from . import objective
+from . import renewed as renewed_rule
 from .common import (
     cache_slot,
     clear_sums,
@@ -42,13 +44,13 @@ from .common import (
 )
 from .fastobj import SumOrder, new_sum_order
 from .indexing import INDEX
-from .state import Backtrack, Cache, Joint, Layout, LossSpec, Rows, Sums, Trees
+from .state import Backtrack, Cache, Joint, Layout, LossSpec, Renewed, Rows, Sums, Trees
 from .team import CHUNK_ROWS, barrier, n_chunks, own_rows
 
 _internal = numba.njit(cache=True, nogil=True, internal=True)
 
 #: Job codes (``Work.job[0]``).
-SUMS, OBJECTIVE, ADD, STOP, JOINT = 1, 2, 3, 4, 5
+SUMS, OBJECTIVE, ADD, STOP, JOINT, RENEW = 1, 2, 3, 4, 5, 6
 
 
 class Work(NamedTuple):
@@ -67,19 +69,20 @@ class Work(NamedTuple):
     dl: NDArray[np.float64]  # (most leaves of a tree,) the fast objective's exp of a try's steps
     point_buf: NDArray[np.float64]  # (n,) the fast objective's exp-space approx of each row
     order: SumOrder  # (n or 0,) the fast objective's rows in its order (:func:`.passes.replay` fills it)
+    ren: Renewed | None  # the renewed rule's group (:func:`renew_tree`'s job); None: no renewed round
 
 
 def make_work(n_team: int, n: int, n_groups: int, n_total: int, most_leaves: int, most_slots: int, parts: int,
-              fast_rows: int, joint_K: int = 0) -> Work:
+              fast_rows: int, joint_K: int = 0, ren: Renewed | None = None) -> Work:
     """A :class:`Work` for a team of ``n_team`` (``parts``: most parts of a try's objective;
     ``fast_rows``: rows the booster's own objective arithmetic sums, ``n`` or 0; ``joint_K``: the
-    outputs of a model with joint rounds, else 0)."""
+    outputs of a model with joint rounds, else 0; ``ren``: the model's renewed group, if any)."""
     pj = (n_chunks(n), most_slots, (n_groups + 1) * (2 + joint_K)) if joint_K else (0, 0, 0)
     return Work(n_team=n_team, bar=np.zeros(2, dtype=np.int64), job=np.zeros(4, dtype=np.int64),
                 P=np.zeros((n_chunks(n), most_slots, 4 + 2 * n_groups)), PJ=np.zeros(pj),
                 parts=np.zeros((max(parts, 1), 2)),
                 u=np.zeros(n_total), step=np.zeros(n_total), dl=np.empty(most_leaves), point_buf=np.empty(n),
-                order=new_sum_order(fast_rows))
+                order=new_sum_order(fast_rows), ren=ren)
 
 
 @_internal
@@ -324,6 +327,8 @@ def _do(
     elif code == JOINT:  # joint round a1's leaf sums
         if joint is not None:
             _joint_rows(lay, rows, a1, A, j0, j1, work.PJ)
+    elif code == RENEW:  # renewed tree a1's leaves, each by one thread
+        renewed_rule.replay_leaves(lay, trees, rows, sums, work.ren, a1, A, tid, work.n_team)
     elif code == ADD:  # round a1's stored leaf values added to the margins
         for t in range(lay.round_ptr[a1], lay.round_ptr[a1 + 1]):
             c = lay.out[t]
@@ -331,19 +336,29 @@ def _do(
             for j in range(j0, j1):
                 A[j, c] += sums.stored[base + lay.leaf[t, j]]
     elif code == OBJECTIVE:  # tree a1 (the exp-space approx as the last sums left it)
-        if bt is None:
-            return
-        n_p = objective.n_parts(bt, n, -1)
-        no_delta = np.empty((0, A.shape[1]))
-        no_sel = np.zeros(0, dtype=np.bool_)
-        if scratch is None:
-            mrow = np.empty(1)
-        else:
-            mrow = scratch[tid, 0, : A.shape[1]]
-        for p in range(tid * n_p // work.n_team, (tid + 1) * n_p // work.n_team):
-            work.parts[p, 0], work.parts[p, 1] = objective.part(
-                lay, rows.y, loss, bt, a1, A, no_delta, no_sel, False, work.u, work.step, work.dl, rows.w, -1,
-                work.order, work.point_buf, mrow, objective.FILLED, p)
+        _objective_parts(tid, lay, rows, loss, bt, a1, A, work, scratch)
+
+
+@_internal
+def _objective_parts(
+    tid: int, lay: Layout, rows: Rows, loss: LossSpec, bt: Backtrack | None, t: int, A: NDArray[np.float64],
+    work: Work, scratch: NDArray[np.float64] | None,
+) -> None:
+    """Thread ``tid``'s share of the parts of backtracking tree ``t``'s try objective, into
+    ``work.parts`` (job :data:`OBJECTIVE`)."""
+    if bt is None:
+        return
+    n_p = objective.n_parts(bt, A.shape[0], -1)
+    no_delta = np.empty((0, A.shape[1]))
+    no_sel = np.zeros(0, dtype=np.bool_)
+    if scratch is None:
+        mrow = np.empty(1)
+    else:
+        mrow = scratch[tid, 0, : A.shape[1]]
+    for p in range(tid * n_p // work.n_team, (tid + 1) * n_p // work.n_team):
+        work.parts[p, 0], work.parts[p, 1] = objective.part(
+            lay, rows.y, loss, bt, t, A, no_delta, no_sel, False, work.u, work.step, work.dl, rows.w, -1,
+            work.order, work.point_buf, mrow, objective.FILLED, p)
 
 
 @_internal
@@ -437,6 +452,16 @@ def try_objective(
     objective.prepare(lay, bt, t, work.step, work.dl)
     _post(lay, trees, rows, loss, sums, cache, None, bt, A, work, scratch, OBJECTIVE, t, 0, 0)
     return objective.combine(bt, A.shape[0], -1, work.parts)
+
+
+@_internal
+def renew_tree(
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, joint: Joint | None,
+    bt: Backtrack | None, A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64] | None, t: int,
+) -> None:
+    """Renewed tree ``t``'s leaves recomputed at margins ``A``, the team's threads taking shares of
+    its leaves (:func:`.renewed.replay_leaves`; measured: docs/performance.md, stop 65)."""
+    _post(lay, trees, rows, loss, sums, cache, joint, bt, A, work, scratch, RENEW, t, 0, 0)
 
 
 @_internal
