@@ -392,8 +392,7 @@ def refit_one(  # noqa: C901 -- one loop nest over rounds and the rules
                                                 chosen) and every
         is_renewed = renewed is not None and renewed.renew[t0]
         if renewed is not None and renewed.renew[t0]:  # quantiles of residuals, recomputed without the row
-            renewed_rule.refit_tree(lay, trees, rows.y, sums, renewed, t0, A, delta, sel, every, changed,
-                                    w_new, i0, out)
+            pointjobs.renew_tree(jobs, lay, trees, rows, loss, sums, bt, t0, i0, every, changed)
         elif bt is not None and bt.backtrack[t0]:  # alone in its round: re-decided without the row
             backtracking.refit_round(lay, trees, rows, loss, sums, bt, r, every, changed, i0, mean_w, Gs, Hs,
                                      HXs, d, scratch, jobs)
@@ -459,12 +458,14 @@ def refit_many(
 
 def point_team(st: State, threads: int, mode: int, n_outputs: int, forward: bool) -> int:
     """How many threads share each training point of :func:`refit_many` (:func:`forward_many` if
-    ``forward``) on ``st``'s model: one for models with joint or renewed rounds, for forward mode
-    of several outputs (whose leaves thread 0 sums alone) and where only the point's own row is
-    read (single_point: :func:`reads_one_row`; forward mode's whenever no renewed round re-sorts
-    residuals), else up to ``threads`` (one per chunk of rows at most)."""
+    ``forward``) on ``st``'s model: one for models with joint rounds, for forward mode of several
+    outputs (whose leaves thread 0 sums alone) or of renewed rounds (their derivatives thread 0
+    takes alone) and where only the point's own row is read (single_point: :func:`reads_one_row`;
+    forward mode's whenever no renewed round re-sorts residuals), else up to ``threads`` (one per
+    chunk of rows at most)."""
     row_only = mode == NONE and (forward or (st.backtrack is None and bool((st.trees.n_steps == 1).all())))
-    if st.joint is not None or st.renewed is not None or (forward and n_outputs > 1) or row_only:
+    renewed = st.renewed is not None
+    if st.joint is not None or (forward and (n_outputs > 1 or renewed)) or (row_only and not renewed):
         return 1
     return rows_team(threads, st.lay.leaf.shape[1])
 
@@ -478,4 +479,4 @@ def point_work(st: State, n_team: int, mode: int, n_outputs: int, forward: bool)
     parts = n_chunks(n) + (bt.bt_threads if bt is not None else 0)
     changes = n if mode != NONE else int(forward)
     return make_point_work(n_team, n, n_outputs, int(lay.leaf_off[-1]), largest_round(lay)[0], parts, changes,
-                           n if bt is not None and bt.bt_obj >= 0 else 0)
+                           n if bt is not None and bt.bt_obj >= 0 else 0, st.renewed)

@@ -12,6 +12,7 @@ every thread of the team (:mod:`.team`) does on its own chunks of :data:`.team.C
   its share of the parts, :mod:`.objective`);
 - forward mode's leaf-sum derivatives where every row's margin moves (:func:`share_sums`);
 - the margins and the propagated changes moved past the round (:func:`advance`);
+- a renewed tree's quantiles, each leaf by one thread (:func:`renew_tree`);
 - where only some leaves are summed anew (SinglePoint, TopKLeaves), whole leaves to a thread: the
   leaves' masses that rank them (:func:`select_leaves`) and the refit's sums of the leaves whose
   rows moved (:func:`resum_leaves`), in the same job as a backtracking tree's exp-space approx for
@@ -47,11 +48,12 @@ from ..losses import (
     weighted,
 )
 from . import objective
+from . import renewed as renewed_rule
 from .common import mark_top, per_row, ranks_leaves, row_mass
 from .common import select_leaves as select_all_or_none
 from .fastobj import SumOrder, new_sum_order
 from .indexing import INDEX
-from .state import Backtrack, Layout, LossSpec, Rows, Sums, Trees
+from .state import Backtrack, Layout, LossSpec, Renewed, Rows, Sums, Trees
 from .team import CHUNK_ROWS, barrier, n_chunks, own_rows, take_items
 
 _internal = numba.njit(cache=True, nogil=True, internal=True)
@@ -63,7 +65,7 @@ ROWBUF = 5
 
 
 #: Job codes (``PointWork.job[0]``).
-SUMS, OBJECTIVE, SHARES, ADVANCE, STOP, MASSES, LEAVES, ROUND = 1, 2, 3, 4, 5, 6, 7, 8
+SUMS, OBJECTIVE, SHARES, ADVANCE, STOP, MASSES, LEAVES, ROUND, RENEW = 1, 2, 3, 4, 5, 6, 7, 8, 9
 
 
 class PointWork(NamedTuple):
@@ -97,13 +99,14 @@ class PointWork(NamedTuple):
     # sums (:func:`_chunk_sums_logloss`)
     intbuf: NDArray[np.int64]  # (n_team, 2 + most leaves of a round + rows of a chunk) each thread's integer
     # scratch for them: leaf cursors (:func:`_leaf_totals`), then a list of rows (``need``)
+    ren: Renewed | None  # the renewed rule's group (:func:`renew_tree`'s job); None: no renewed round
 
 
 def make_point_work(n_team: int, n: int, K: int, n_total: int, most_leaves: int, parts: int, changes: int,
-                    fast_rows: int) -> PointWork:
+                    fast_rows: int, ren: Renewed | None = None) -> PointWork:
     """A :class:`PointWork` for a team of ``n_team`` (``most_leaves``: of a round; ``parts``: most
     parts of a try's objective; ``changes``: rows of ``delta``; ``fast_rows``: rows the booster's
-    own objective arithmetic sums, ``n`` or 0)."""
+    own objective arithmetic sums, ``n`` or 0; ``ren``: the model's renewed group, if any)."""
     return PointWork(n_team=n_team, bar=np.zeros(2, dtype=np.int64), job=np.zeros(6, dtype=np.int64),
                      P=np.zeros((n_chunks(n), most_leaves, 2)), parts=np.zeros((max(parts, 1), 2)),
                      A=np.empty((n, K)), delta=np.empty((changes, K)), u=np.zeros(n_total),
@@ -112,7 +115,7 @@ def make_point_work(n_team: int, n: int, K: int, n_total: int, most_leaves: int,
                      so=new_sum_order(fast_rows), mass=np.zeros(most_leaves),
                      resum=np.zeros(most_leaves, dtype=np.bool_), queue=np.zeros(1, dtype=np.int64),
                      rowbuf=np.empty((n_team, ROWBUF, min(n, CHUNK_ROWS))),
-                     intbuf=np.full((n_team, 2 + most_leaves + min(n, CHUNK_ROWS)), -1))
+                     intbuf=np.full((n_team, 2 + most_leaves + min(n, CHUNK_ROWS)), -1), ren=ren)
 
 
 @_internal
@@ -726,10 +729,24 @@ def _do(  # noqa: C901 -- one branch per job code
         _advance_rows(lay, sums, a1, a2, jobs.A, jobs.delta, jobs.out, j0, j1)
     elif code == MASSES:  # tree a1
         _leaf_masses(lay, a1, jobs.delta, jobs.mass, j0, j1)
+    elif code == RENEW:  # renewed tree a1, row a2 deleted, every row moved a3, factors changed a4
+        renewed_rule.refit_leaves(lay, trees, rows.y, sums, jobs.ren, a1, jobs.A, jobs.delta, jobs.sel,
+                                  a3 != 0, a4 != 0, jobs.w_new, a2, jobs.out, tid, jobs.n_team)
     elif code == LEAVES:  # tree a1, row a2 deleted, changes tracked a3, the approx computed a4
         _resum_share(jobs, lay, trees, rows, loss, a1, a2, a3 != 0, tid)
         if a4 != 0:
             _fresh_share(jobs, lay, a1, a2)
+
+
+@_internal
+def renew_tree(
+    jobs: PointWork, lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, bt: Backtrack | None,
+    t: int, i0: int, every: bool, changed: bool,
+) -> None:
+    """Renewed tree ``t``'s new leaves without row ``i0`` into ``jobs.out``, the team's threads
+    taking shares of its leaves (:func:`.renewed.refit_leaves`; ``every``: every row's margin
+    moved; ``changed``: the class factors did)."""
+    _post(jobs, lay, trees, rows, loss, sums, bt, RENEW, t, i0, int(every), int(changed), 0)
 
 
 @_internal

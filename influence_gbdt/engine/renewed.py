@@ -53,6 +53,16 @@ def _leaf_quantile(
 
 
 @_internal
+def _most_rows(lay: Layout, t: int, n: int, tid: int, n_team: int) -> int:
+    """The most rows of tree ``t``'s leaves that are thread ``tid``'s (:func:`_mine`)."""
+    most = 0
+    for gl in range(lay.leaf_off[t], lay.leaf_off[t + 1]):
+        if _mine(lay, gl, n, tid, n_team):
+            most = max(most, lay.leaf_count[gl])
+    return most
+
+
+@_internal
 def _scratch(n: int) -> tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64],
                               NDArray[np.float64], NDArray[np.float64]]:
     """Work arrays of :func:`_leaf_quantile` for ``n`` rows: buf, rows, order, sel, coef, wd."""
@@ -61,28 +71,29 @@ def _scratch(n: int) -> tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np
 
 
 @_internal
+def _mine(lay: Layout, gl: int, n: int, tid: int, n_team: int) -> bool:
+    """Whether leaf ``gl`` (of a tree of ``n`` rows) is thread ``tid``'s, of a team of ``n_team``
+    sharing out a renewed tree's leaves: the leaf whose rows' middle (in the tree's rows by leaf)
+    falls in the ``tid``-th of ``n_team`` equal parts of the rows."""
+    return min((2 * lay.leaf_first[gl] + lay.leaf_count[gl]) * n_team // (2 * n), n_team - 1) == tid
+
+
+@_internal
 def replay_leaves(
     lay: Layout, trees: Trees, rw: Rows, sums: Sums, ren: Renewed | None, t: int, A: NDArray[np.float64],
     tid: int, n_team: int,
 ) -> None:
     """Thread ``tid``'s share of renewed tree ``t``'s leaves, recomputed at margins ``A`` (n, K),
-    their descriptors recorded (the replay's job :data:`.rowjobs.RENEW`): the leaves whose rows'
-    middle (in the tree's rows by leaf) falls in the ``tid``-th of ``n_team`` equal parts of the
-    rows. Each leaf is computed whole by one thread, so the values do not depend on the team.
+    their descriptors recorded (the replay's job :data:`.rowjobs.RENEW`): the leaves :func:`_mine`
+    gives it. Each leaf is computed whole by one thread, so the values do not depend on the team.
     (``ren`` None: a model without renewed rounds, which compiles none of this.)"""
     if ren is None:
         return
     n = A.shape[0]
-    most = 0
-    for gl in range(lay.leaf_off[t], lay.leaf_off[t + 1]):
-        if min((2 * lay.leaf_first[gl] + lay.leaf_count[gl]) * n_team // (2 * n), n_team - 1) == tid:
-            most = max(most, lay.leaf_count[gl])
-    if most == 0:
-        return
-    buf, rows, order, sel, coef, wd = _scratch(most)
+    buf, rows, order, sel, coef, wd = _scratch(_most_rows(lay, t, n, tid, n_team))
     none = np.empty((0, A.shape[1]))
     for gl in range(lay.leaf_off[t], lay.leaf_off[t + 1]):
-        if min((2 * lay.leaf_first[gl] + lay.leaf_count[gl]) * n_team // (2 * n), n_team - 1) != tid:
+        if not _mine(lay, gl, n, tid, n_team):
             continue
         q, _ = _leaf_quantile(lay, rw.y, ren, t, gl, A, none, False, rw.w, -1, buf, rows, sel, coef, wd,
                               order)
@@ -266,19 +277,25 @@ def forward_tree(
 
 
 @_internal
-def refit_tree(
-    lay: Layout, trees: Trees, y: NDArray[np.float64], sums: Sums, ren: Renewed, t: int, A:
+def refit_leaves(
+    lay: Layout, trees: Trees, y: NDArray[np.float64], sums: Sums, ren: Renewed | None, t: int, A:
     NDArray[np.float64],
     delta: NDArray[np.float64], sel_leaves: NDArray[np.bool_], every: bool, changed: bool,
-    w: NDArray[np.float64], i0: int, out: NDArray[np.float64],
+    w: NDArray[np.float64], i0: int, out: NDArray[np.float64], tid: int, n_team: int,
 ) -> None:
-    """New leaves of renewed tree ``t`` without row ``i0`` into ``out`` (global leaves): a leaf
-    whose rows all keep their margins and weights, and which did not hold ``i0``, keeps its value."""
+    """Thread ``tid``'s share (:func:`_mine`; LeafRefit's job :data:`.pointjobs.RENEW`) of renewed
+    tree ``t``'s new leaves without row ``i0``, into ``out`` (global leaves): a leaf whose rows all
+    keep their margins and weights, and which did not hold ``i0``, keeps its value. (``ren`` None:
+    a model without renewed rounds.)"""
+    if ren is None:
+        return
     n = A.shape[0]
-    buf, rows, order, sel, coef, wd = _scratch(n)
+    buf, rows, order, sel, coef, wd = _scratch(_most_rows(lay, t, n, tid, n_team))
     track = delta.shape[0] > 0
     li0 = lay.leaf_off[t] + lay.leaf[t, i0]
     for gl in range(lay.leaf_off[t], lay.leaf_off[t + 1]):
+        if not _mine(lay, gl, n, tid, n_team):
+            continue
         moved = track and (every or sel_leaves[gl])
         if not (moved or changed or gl == li0):
             out[gl] = sums.values[gl]
