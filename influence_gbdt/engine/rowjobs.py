@@ -309,7 +309,7 @@ def fills_points(lay: Layout, bt: Backtrack | None, r: int) -> bool:
 
 
 @_internal
-def _do(
+def _do(  # noqa: C901 -- one branch per job code (a helper for one would be a kernel more to compile)
     tid: int, lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache,
     joint: Joint | None, bt: Backtrack | None, A: NDArray[np.float64], work: Work,
     scratch: NDArray[np.float64] | None,
@@ -336,29 +336,19 @@ def _do(
             for j in range(j0, j1):
                 A[j, c] += sums.stored[base + lay.leaf[t, j]]
     elif code == OBJECTIVE:  # tree a1 (the exp-space approx as the last sums left it)
-        _objective_parts(tid, lay, rows, loss, bt, a1, A, work, scratch)
-
-
-@_internal
-def _objective_parts(
-    tid: int, lay: Layout, rows: Rows, loss: LossSpec, bt: Backtrack | None, t: int, A: NDArray[np.float64],
-    work: Work, scratch: NDArray[np.float64] | None,
-) -> None:
-    """Thread ``tid``'s share of the parts of backtracking tree ``t``'s try objective, into
-    ``work.parts`` (job :data:`OBJECTIVE`)."""
-    if bt is None:
-        return
-    n_p = objective.n_parts(bt, A.shape[0], -1)
-    no_delta = np.empty((0, A.shape[1]))
-    no_sel = np.zeros(0, dtype=np.bool_)
-    if scratch is None:
-        mrow = np.empty(1)
-    else:
-        mrow = scratch[tid, 0, : A.shape[1]]
-    for p in range(tid * n_p // work.n_team, (tid + 1) * n_p // work.n_team):
-        work.parts[p, 0], work.parts[p, 1] = objective.part(
-            lay, rows.y, loss, bt, t, A, no_delta, no_sel, False, work.u, work.step, work.dl, rows.w, -1,
-            work.order, work.point_buf, mrow, objective.FILLED, p)
+        if bt is None:
+            return
+        n_p = objective.n_parts(bt, n, -1)
+        no_delta = np.empty((0, A.shape[1]))
+        no_sel = np.zeros(0, dtype=np.bool_)
+        if scratch is None:
+            mrow = np.empty(1)
+        else:
+            mrow = scratch[tid, 0, : A.shape[1]]
+        for p in range(tid * n_p // work.n_team, (tid + 1) * n_p // work.n_team):
+            work.parts[p, 0], work.parts[p, 1] = objective.part(
+                lay, rows.y, loss, bt, a1, A, no_delta, no_sel, False, work.u, work.step, work.dl, rows.w, -1,
+                work.order, work.point_buf, mrow, objective.FILLED, p)
 
 
 @_internal
