@@ -746,7 +746,9 @@ def reverse(
                 pivot=np.empty(most_leaves if renewed else 0))
     n_team = rows_team(threads, n)
     groups = (st.lay, st.trees, st.rows, st.loss, st.sums, st.cache, st.renewed)
-    if B == 1 and bool(np.all(np.diff(lay.round_ptr) == 1)):
+    # sweep_one's loops are for plain rounds: a model with renewed rounds takes sweep whatever the
+    # batch, so that it compiles one sweep, not two (the same arithmetic for one objective)
+    if B == 1 and st.renewed is None and bool(np.all(np.diff(lay.round_ptr) == 1)):
         team.run(sweep_one, n_team, *groups, c, work, None if every else work.A)
     else:
         team.run(sweep, n_team, *groups, c, work, defer, every)
