@@ -73,7 +73,7 @@ def replay(
     """
     n = A.shape[0]
     if tid > 0:
-        serve(tid, lay, trees, rows, loss, sums, cache, joint, bt, A, work, scratch)
+        serve(tid, lay, trees, rows, loss, sums, cache, joint, renewed, bt, A, work, scratch)
         return
     mean_w = (rows.w.sum() + rows.outside[0]) / (n + rows.outside[1])
     if bt is not None and bt.bt_obj >= 0:
@@ -84,7 +84,7 @@ def replay(
     for r in range(lay.round_ptr.shape[0] - 1):
         t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
         if renewed is not None and renewed.renew[t0]:
-            renew_tree(lay, trees, rows, loss, sums, cache, joint, bt, A, work, scratch, t0)
+            renew_tree(lay, trees, rows, sums, renewed, A, work, t0)
         else:
             if bt is not None and bt.backtrack[t0]:
                 backtracking.replay_round(lay, trees, rows, loss, sums, cache, bt, r, A, mean_w, work, d,
@@ -125,7 +125,7 @@ def replay_work(st: State, n_team: int) -> Work:
     parts = n_chunks(n) + (bt.bt_threads if bt is not None else 0)
     return make_work(n_team, n, n_groups, int(lay.leaf_off[-1]), int(np.diff(lay.leaf_off).max()),
                      largest_round(lay)[1], parts, n if bt is not None and bt.bt_obj >= 0 else 0,
-                     st.loss.K if st.joint is not None else 0, st.renewed)
+                     st.loss.K if st.joint is not None else 0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -316,7 +316,7 @@ def forward_many(
     n_total): thread ``tid``'s part of a team of ``n_team`` (:func:`.team.run`; ``bar`` is
     ``jobs.bar``); ``d_base`` (B, K), ``d_fac`` (B, G), ``d_sumw`` (B,)."""
     if tid > 0:
-        pointjobs.serve(tid, jobs, lay, trees, rows, loss, sums, None)
+        pointjobs.serve(tid, jobs, lay, trees, rows, loss, sums, None, None)
         return
     fast = mode == NONE and renewed is None  # single_point: only row i0's margins are read
     if fast:
@@ -392,7 +392,7 @@ def refit_one(  # noqa: C901 -- one loop nest over rounds and the rules
                                                 chosen) and every
         is_renewed = renewed is not None and renewed.renew[t0]
         if renewed is not None and renewed.renew[t0]:  # quantiles of residuals, recomputed without the row
-            pointjobs.renew_tree(jobs, lay, trees, rows, loss, sums, bt, t0, i0, every, changed)
+            pointjobs.renew_tree(jobs, lay, trees, rows, sums, renewed, t0, i0, every, changed)
         elif bt is not None and bt.backtrack[t0]:  # alone in its round: re-decided without the row
             backtracking.refit_round(lay, trees, rows, loss, sums, bt, r, every, changed, i0, mean_w, Gs, Hs,
                                      HXs, d, scratch, jobs)
@@ -438,7 +438,7 @@ def refit_many(
     n_total): thread ``tid``'s part of a team of ``n_team`` (:func:`.team.run`; ``bar`` is
     ``jobs.bar``); ``shift`` (B, K), ``fac_new`` (B, 2, G), ``changed`` (B,)."""
     if tid > 0:
-        pointjobs.serve(tid, jobs, lay, trees, rows, loss, sums, bt)
+        pointjobs.serve(tid, jobs, lay, trees, rows, loss, sums, renewed, bt)
         return
     one_row = reads_one_row(trees, renewed, bt, mode)
     w_sum = rows.w.sum()
@@ -479,4 +479,4 @@ def point_work(st: State, n_team: int, mode: int, n_outputs: int, forward: bool)
     parts = n_chunks(n) + (bt.bt_threads if bt is not None else 0)
     changes = n if mode != NONE else int(forward)
     return make_point_work(n_team, n, n_outputs, int(lay.leaf_off[-1]), largest_round(lay)[0], parts, changes,
-                           n if bt is not None and bt.bt_obj >= 0 else 0, st.renewed)
+                           n if bt is not None and bt.bt_obj >= 0 else 0)

@@ -99,14 +99,13 @@ class PointWork(NamedTuple):
     # sums (:func:`_chunk_sums_logloss`)
     intbuf: NDArray[np.int64]  # (n_team, 2 + most leaves of a round + rows of a chunk) each thread's integer
     # scratch for them: leaf cursors (:func:`_leaf_totals`), then a list of rows (``need``)
-    ren: Renewed | None  # the renewed rule's group (:func:`renew_tree`'s job); None: no renewed round
 
 
 def make_point_work(n_team: int, n: int, K: int, n_total: int, most_leaves: int, parts: int, changes: int,
-                    fast_rows: int, ren: Renewed | None = None) -> PointWork:
+                    fast_rows: int) -> PointWork:
     """A :class:`PointWork` for a team of ``n_team`` (``most_leaves``: of a round; ``parts``: most
     parts of a try's objective; ``changes``: rows of ``delta``; ``fast_rows``: rows the booster's
-    own objective arithmetic sums, ``n`` or 0; ``ren``: the model's renewed group, if any)."""
+    own objective arithmetic sums, ``n`` or 0)."""
     return PointWork(n_team=n_team, bar=np.zeros(2, dtype=np.int64), job=np.zeros(6, dtype=np.int64),
                      P=np.zeros((n_chunks(n), most_leaves, 2)), parts=np.zeros((max(parts, 1), 2)),
                      A=np.empty((n, K)), delta=np.empty((changes, K)), u=np.zeros(n_total),
@@ -115,7 +114,7 @@ def make_point_work(n_team: int, n: int, K: int, n_total: int, most_leaves: int,
                      so=new_sum_order(fast_rows), mass=np.zeros(most_leaves),
                      resum=np.zeros(most_leaves, dtype=np.bool_), queue=np.zeros(1, dtype=np.int64),
                      rowbuf=np.empty((n_team, ROWBUF, min(n, CHUNK_ROWS))),
-                     intbuf=np.full((n_team, 2 + most_leaves + min(n, CHUNK_ROWS)), -1), ren=ren)
+                     intbuf=np.full((n_team, 2 + most_leaves + min(n, CHUNK_ROWS)), -1))
 
 
 @_internal
@@ -729,9 +728,6 @@ def _do(  # noqa: C901 -- one branch per job code
         _advance_rows(lay, sums, a1, a2, jobs.A, jobs.delta, jobs.out, j0, j1)
     elif code == MASSES:  # tree a1
         _leaf_masses(lay, a1, jobs.delta, jobs.mass, j0, j1)
-    elif code == RENEW:  # renewed tree a1, row a2 deleted, every row moved a3, factors changed a4
-        renewed_rule.refit_leaves(lay, trees, rows.y, sums, jobs.ren, a1, jobs.A, jobs.delta, jobs.sel,
-                                  a3 != 0, a4 != 0, jobs.w_new, a2, jobs.out, tid, jobs.n_team)
     elif code == LEAVES:  # tree a1, row a2 deleted, changes tracked a3, the approx computed a4
         _resum_share(jobs, lay, trees, rows, loss, a1, a2, a3 != 0, tid)
         if a4 != 0:
@@ -740,13 +736,28 @@ def _do(  # noqa: C901 -- one branch per job code
 
 @_internal
 def renew_tree(
-    jobs: PointWork, lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, bt: Backtrack | None,
-    t: int, i0: int, every: bool, changed: bool,
+    jobs: PointWork, lay: Layout, trees: Trees, rows: Rows, sums: Sums, ren: Renewed, t: int, i0: int,
+    every: bool, changed: bool,
 ) -> None:
     """Renewed tree ``t``'s new leaves without row ``i0`` into ``jobs.out``, the team's threads
     taking shares of its leaves (:func:`.renewed.refit_leaves`; ``every``: every row's margin
-    moved; ``changed``: the class factors did)."""
-    _post(jobs, lay, trees, rows, loss, sums, bt, RENEW, t, i0, int(every), int(changed), 0)
+    moved; ``changed``: the class factors did). The driver posts the job and does its own share as
+    :func:`serve` does the others' (see there)."""
+    jobs.job[0], jobs.job[1], jobs.job[2], jobs.job[3], jobs.job[4], jobs.job[5] = (RENEW, t, i0, int(every),
+                                                                                  int(changed), 0)
+    barrier(jobs.bar, jobs.n_team)
+    _renew_share(jobs, lay, trees, rows, sums, ren, 0)
+    barrier(jobs.bar, jobs.n_team)
+
+
+@_internal
+def _renew_share(
+    jobs: PointWork, lay: Layout, trees: Trees, rows: Rows, sums: Sums, ren: Renewed, tid: int,
+) -> None:
+    """Thread ``tid``'s share of the posted :func:`renew_tree` job."""
+    t, i0, every, changed = jobs.job[1], jobs.job[2], jobs.job[3] != 0, jobs.job[4] != 0
+    renewed_rule.refit_leaves(lay, trees, rows.y, sums, ren, t, jobs.A, jobs.delta, jobs.sel, every, changed,
+                              jobs.w_new, i0, jobs.out, tid, jobs.n_team)
 
 
 @_internal
@@ -764,15 +775,22 @@ def _post(
 @_internal
 def serve(
     tid: int, jobs: PointWork, lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums,
-    bt: Backtrack | None,
+    ren: Renewed | None, bt: Backtrack | None,
 ) -> None:
-    """Thread ``tid`` (> 0): do each job the driver posts, until it posts :data:`STOP`."""
+    """Thread ``tid`` (> 0): do each job the driver posts, until it posts :data:`STOP`. A renewed
+    tree's job (:func:`renew_tree`) is done here, not in :func:`_do`, so that ``ren`` (the model's
+    renewed group, None if it has none or the driver posts no such job) is in no type that
+    :func:`_do` and the other posting functions take: they compile once for the models with
+    renewed rounds and those without."""
     mrow = np.empty(jobs.A.shape[1])
     while True:
         barrier(jobs.bar, jobs.n_team)
         if jobs.job[0] == STOP:
             return
-        _do(tid, jobs, lay, trees, rows, loss, sums, bt, mrow)
+        if ren is not None and jobs.job[0] == RENEW:
+            _renew_share(jobs, lay, trees, rows, sums, ren, tid)
+        else:
+            _do(tid, jobs, lay, trees, rows, loss, sums, bt, mrow)
         barrier(jobs.bar, jobs.n_team)
 
 

@@ -80,15 +80,12 @@ def _mine(lay: Layout, gl: int, n: int, tid: int, n_team: int) -> bool:
 
 @_internal
 def replay_leaves(
-    lay: Layout, trees: Trees, rw: Rows, sums: Sums, ren: Renewed | None, t: int, A: NDArray[np.float64],
-    tid: int, n_team: int,
+    lay: Layout, trees: Trees, rw: Rows, sums: Sums, ren: Renewed, t: int, A: NDArray[np.float64], tid: int,
+    n_team: int,
 ) -> None:
     """Thread ``tid``'s share of renewed tree ``t``'s leaves, recomputed at margins ``A`` (n, K),
     their descriptors recorded (the replay's job :data:`.rowjobs.RENEW`): the leaves :func:`_mine`
-    gives it. Each leaf is computed whole by one thread, so the values do not depend on the team.
-    (``ren`` None: a model without renewed rounds, which compiles none of this.)"""
-    if ren is None:
-        return
+    gives it. Each leaf is computed whole by one thread, so the values do not depend on the team."""
     n = A.shape[0]
     buf, rows, order, sel, coef, wd = _scratch(_most_rows(lay, t, n, tid, n_team))
     none = np.empty((0, A.shape[1]))
@@ -278,17 +275,13 @@ def forward_tree(
 
 @_internal
 def refit_leaves(
-    lay: Layout, trees: Trees, y: NDArray[np.float64], sums: Sums, ren: Renewed | None, t: int, A:
-    NDArray[np.float64],
-    delta: NDArray[np.float64], sel_leaves: NDArray[np.bool_], every: bool, changed: bool,
-    w: NDArray[np.float64], i0: int, out: NDArray[np.float64], tid: int, n_team: int,
+    lay: Layout, trees: Trees, y: NDArray[np.float64], sums: Sums, ren: Renewed, t: int,
+    A: NDArray[np.float64], delta: NDArray[np.float64], sel_leaves: NDArray[np.bool_], every: bool,
+    changed: bool, w: NDArray[np.float64], i0: int, out: NDArray[np.float64], tid: int, n_team: int,
 ) -> None:
     """Thread ``tid``'s share (:func:`_mine`; LeafRefit's job :data:`.pointjobs.RENEW`) of renewed
     tree ``t``'s new leaves without row ``i0``, into ``out`` (global leaves): a leaf whose rows all
-    keep their margins and weights, and which did not hold ``i0``, keeps its value. (``ren`` None:
-    a model without renewed rounds.)"""
-    if ren is None:
-        return
+    keep their margins and weights, and which did not hold ``i0``, keeps its value."""
     n = A.shape[0]
     buf, rows, order, sel, coef, wd = _scratch(_most_rows(lay, t, n, tid, n_team))
     track = delta.shape[0] > 0

@@ -1,7 +1,8 @@
-"""The reverse sweep of a one-output model whose rounds take plain steps or renew their leaves
-(numba): a batch of objectives in one pass over the rows per round, the rows split over a team of
-threads. Private to the engine. (A renewed round's part is :mod:`.renewed`'s
-:func:`~.renewed.reverse_leaves` and :func:`~.renewed.reverse_rows`.)
+"""The reverse sweep of a one-output model whose rounds all take plain steps or all renew their
+leaves (numba): a batch of objectives in one pass over the rows per round, the rows split over a
+team of threads. Private to the engine. (A renewed round's part is :mod:`.renewed`'s
+:func:`~.renewed.reverse_leaves` and :func:`~.renewed.reverse_rows`, in a sweep of its own:
+:func:`sweep_renewed`.)
 
 It computes what the general sweep (:func:`.passes.reverse` over :mod:`.plain`'s round functions)
 computes, with the same additions in the same order except one: a leaf's sum over its rows runs
@@ -153,24 +154,16 @@ def _slot_row(k: int, L: int, S: int, leaf_major: bool) -> int:
 
 
 @_internal
-def _leaf_level(lay: Layout, trees: Trees, rows: Rows, sums: Sums, ren: Renewed | None, r: int, n: int,
-                c_leaf: NDArray[np.float64], work: Work, defer: bool) -> None:
+def _leaf_level(lay: Layout, trees: Trees, sums: Sums, r: int, n: int, c_leaf: NDArray[np.float64],
+                work: Work, defer: bool) -> None:
     """Round ``r``'s leaf level, by one thread: its leaves' adjoints (the chunks' sums in chunk
     order), through its steps (:func:`.plain.leaf_adjoints`) to its leaf-sum adjoints in
-    ``work.GT``, ``work.DT`` (kept for every step if ``defer``, else the round's from row 0), or
-    a renewed round's through its quantiles (:func:`.renewed.reverse_leaves`: its leaves'
-    adjoints in ``work.GT``); then round ``r - 1``'s sums started."""
+    ``work.GT``, ``work.DT`` (kept for every step if ``defer``, else the round's from row 0); then
+    round ``r - 1``'s sums started. (A renewed round's: :func:`_renewed_level`.)"""
     PT, u_bar = work.PT, work.u_bar
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     n_round = lay.leaf_off[t1] - lay.leaf_off[t0]
     add_chunk_sums(PT, n_round, u_bar)
-    if ren is not None and ren.renew[t0]:
-        leaf_adjoints(lay, trees, sums, r, n, u_bar, work.g_bar, work.d_bar, work.big_w_bar, True)
-        renewed_rule.reverse_leaves(lay, rows.y, ren, sums.stored, t0, work.A, u_bar, work.aT, work.GT,
-                                    work.pivot)
-        if r > 0:
-            start_leaf_sums(lay, r - 1, c_leaf, PT)
-        return
     leaf_adjoints(lay, trees, sums, r, n, u_bar, work.g_bar, work.d_bar, work.big_w_bar, False)
     rs0 = lay.sl_off[lay.step_ptr[t0]]
     o = rs0 if defer else 0
@@ -183,6 +176,21 @@ def _leaf_level(lay: Layout, trees: Trees, rows: Rows, sums: Sums, ren: Renewed 
             work.DT[row, b] = 0.0 + work.d_bar[b, k]
     if r > 0:
         start_leaf_sums(lay, r - 1, c_leaf, PT)
+
+
+@_internal
+def _renewed_level(lay: Layout, trees: Trees, rows: Rows, sums: Sums, ren: Renewed, r: int, n: int,
+                   c_leaf: NDArray[np.float64], work: Work) -> None:
+    """The leaf level of renewed round ``r`` (one tree), by one thread: its leaves' adjoints (the
+    chunks' sums in chunk order) through its quantiles (:func:`.renewed.reverse_leaves`; its
+    leaves' adjoints in ``work.GT``), then round ``r - 1``'s sums started."""
+    t0 = lay.round_ptr[r]
+    add_chunk_sums(work.PT, lay.leaf_off[t0 + 1] - lay.leaf_off[t0], work.u_bar)
+    leaf_adjoints(lay, trees, sums, r, n, work.u_bar, work.g_bar, work.d_bar, work.big_w_bar, True)
+    renewed_rule.reverse_leaves(lay, rows.y, ren, sums.stored, t0, work.A, work.u_bar, work.aT, work.GT,
+                                work.pivot)
+    if r > 0:
+        start_leaf_sums(lay, r - 1, c_leaf, work.PT)
 
 
 @_internal
@@ -607,45 +615,56 @@ def _logloss_weights4(
                          + (GT[kc, b] * gc + DT[kc, b] * hc)) + (GT[kd, b] * gd + DT[kd, b] * hd))
 
 
+@_internal
+def _begin(tid: int, n_team: int, lay: Layout, c_leaf: NDArray[np.float64], work: Work) -> tuple[int, int]:
+    """Thread ``tid``'s rows ``j0 .. j1 - 1`` of a sweep, returned, their margin and weight
+    adjoints zeroed (each thread its own rows: not one thread for all); thread 0 also starts the
+    last round's leaf sums (the general sweep adds zero margin adjoints there: its -0.0 become
+    0.0)."""
+    j0, j1 = own_rows(work.w_rows.shape[0], tid, n_team)
+    work.aT[j0:j1] = 0.0
+    work.w_rows[j0:j1] = 0.0
+    R = lay.round_ptr.shape[0] - 1
+    if R > 0 and tid == 0:
+        start_leaf_sums(lay, R - 1, c_leaf, work.PT)
+    return j0, j1
+
+
+@_internal
+def _sum_a0(work: Work) -> None:
+    """``work.a0_bar`` (B, 1): the rows' margin adjoints summed in row order (thread 0, after the
+    sweep's last barrier)."""
+    n, B = work.aT.shape
+    for j in range(n):
+        for b in range(B):
+            work.a0_bar[b, 0] += work.aT[j, b]
+
+
 @numba.njit(cache=True, nogil=True)
 def sweep(
     tid: int, n_team: int, bar: NDArray[np.int64], lay: Layout, trees: Trees, rows: Rows, loss: LossSpec,
-    sums: Sums, cache: Cache, ren: Renewed | None, c_leaf: NDArray[np.float64], work: Work, defer: bool,
-    every: bool,
+    sums: Sums, cache: Cache, c_leaf: NDArray[np.float64], work: Work, defer: bool, every: bool,
 ) -> None:
     """Thread ``tid``'s part of the sweep of a team of ``n_team`` (see :mod:`.team`): the rows of
     its chunks; thread 0 also the leaf level of every round and ``work.a0_bar``. Fills
     ``work.w_rows``, ``work.a0_bar``, ``work.big_w_bar`` (see :func:`reverse`); the weight
     adjoints after the sweep if ``defer``, else in it. ``every``: whether every step is cached
     (:func:`.state.every_step_cached`; then ``work.A`` is empty and never read)."""
-    n, B = work.w_rows.shape
-    R = lay.round_ptr.shape[0] - 1
-    j0, j1 = own_rows(n, tid, n_team)
+    n = work.w_rows.shape[0]
+    j0, j1 = _begin(tid, n_team, lay, c_leaf, work)
     aT, PT = work.aT, work.PT
-    aT[j0:j1] = 0.0  # (each thread its own rows: not one thread for all)
-    work.w_rows[j0:j1] = 0.0
-    if ren is not None:  # a renewed round's leaf level writes the margin adjoints of any thread's rows
-        barrier(bar, n_team)
     A = work.A[j0:j1]
     W = work.w_rows[j0:j1]  # this thread's rows' weight adjoints (summed here unless deferred)
-    if R > 0 and tid == 0:  # (the general sweep adds zero margin adjoints here: its -0.0 become 0.0)
-        start_leaf_sums(lay, R - 1, c_leaf, PT)
-    for r in range(R - 1, -1, -1):
+    for r in range(lay.round_ptr.shape[0] - 2, -1, -1):
         if tid == 0:
-            _leaf_level(lay, trees, rows, sums, ren, r, n, c_leaf, work, defer)
+            _leaf_level(lay, trees, sums, r, n, c_leaf, work, defer)
         barrier(bar, n_team)
-        if ren is not None and ren.renew[lay.round_ptr[r]]:
-            renewed_rule.reverse_rows(lay, rows.y, ren, sums.stored, r, A, j0, j1, work.GT, work.pivot, aT, W,
-                                      PT, r > 0)
-        else:
-            base = 0 if defer else lay.sl_off[lay.step_ptr[lay.round_ptr[r]]]
-            _row_pass(lay, trees, rows, loss, sums, cache, r, every, A, j0, j1, work.GT, work.DT, base, aT,
-                      True, W, not defer, PT, r > 0)
+        base = 0 if defer else lay.sl_off[lay.step_ptr[lay.round_ptr[r]]]
+        _row_pass(lay, trees, rows, loss, sums, cache, r, every, A, j0, j1, work.GT, work.DT, base, aT, True,
+                  W, not defer, PT, r > 0)
         barrier(bar, n_team)
     if tid == 0:
-        for j in range(n):
-            for b in range(B):
-                work.a0_bar[b, 0] += aT[j, b]
+        _sum_a0(work)
     if defer:
         _weights_after(lay, trees, rows, loss, sums, cache, j0, j1, work)
 
@@ -653,8 +672,7 @@ def sweep(
 @numba.njit(cache=True, nogil=True)
 def sweep_one(
     tid: int, n_team: int, bar: NDArray[np.int64], lay: Layout, trees: Trees, rows: Rows, loss: LossSpec,
-    sums: Sums, cache: Cache, ren: Renewed | None, c_leaf: NDArray[np.float64], work: Work,
-    A: NDArray[np.float64] | None,
+    sums: Sums, cache: Cache, c_leaf: NDArray[np.float64], work: Work, A: NDArray[np.float64] | None,
 ) -> None:
     """:func:`sweep` of one objective through a model whose every round is one tree (every
     one-output default of the three libraries), by :func:`_row_pass_one`: a kernel of its own,
@@ -664,37 +682,51 @@ def sweep_one(
     without the wheel's kernels: 34.0 -> 28.3 s for this kernel alone, 20.0 s with the replay's
     one-output choice (:func:`.passes.replay_scratch`)."""
     n = work.w_rows.shape[0]
-    j0, j1 = own_rows(n, tid, n_team)
-    aT, PT = work.aT, work.PT
-    aT[j0:j1] = 0.0
-    work.w_rows[j0:j1] = 0.0
-    if ren is not None:  # see sweep
-        barrier(bar, n_team)
+    j0, j1 = _begin(tid, n_team, lay, c_leaf, work)
     W = work.w_rows[j0:j1]
-    R = lay.round_ptr.shape[0] - 1
-    if R > 0 and tid == 0:
-        start_leaf_sums(lay, R - 1, c_leaf, PT)
-    for r in range(R - 1, -1, -1):
+    for r in range(lay.round_ptr.shape[0] - 2, -1, -1):
         if tid == 0:
-            _leaf_level(lay, trees, rows, sums, ren, r, n, c_leaf, work, False)
+            _leaf_level(lay, trees, sums, r, n, c_leaf, work, False)
         barrier(bar, n_team)
-        if ren is not None and ren.renew[lay.round_ptr[r]]:  # (no renewed step is cached: A is work.A)
-            renewed_rule.reverse_rows(lay, rows.y, ren, sums.stored, r, work.A[j0:j1], j0, j1, work.GT,
-                                      work.pivot, aT, W, PT, r > 0)
-        else:
-            _row_pass_one(lay, trees, rows, loss, sums, cache, r, A, j0, j1, work.GT, work.DT,
-                          lay.sl_off[lay.step_ptr[lay.round_ptr[r]]], aT, W, PT, r > 0)
+        _row_pass_one(lay, trees, rows, loss, sums, cache, r, A, j0, j1, work.GT, work.DT,
+                      lay.sl_off[lay.step_ptr[lay.round_ptr[r]]], work.aT, W, work.PT, r > 0)
         barrier(bar, n_team)
     if tid == 0:
-        for j in range(n):
-            work.a0_bar[0, 0] += aT[j, 0]
+        _sum_a0(work)
+
+
+@numba.njit(cache=True, nogil=True)
+def sweep_renewed(
+    tid: int, n_team: int, bar: NDArray[np.int64], lay: Layout, trees: Trees, rows: Rows, sums: Sums,
+    ren: Renewed, c_leaf: NDArray[np.float64], work: Work,
+) -> None:
+    """:func:`sweep` of a model whose every round is one renewed tree (the quantile, L1 and MAE
+    objectives of the three libraries), whatever the batch: a kernel of its own, chosen in Python
+    (:func:`reverse`), holding none of the plain rounds' loops, which such a model never runs
+    (compiled into :func:`sweep` for its types, they had made its first use compile 10-15 s
+    longer: docs/performance.md, stop 66). The same arithmetic in the same order."""
+    n = work.w_rows.shape[0]
+    j0, j1 = _begin(tid, n_team, lay, c_leaf, work)
+    barrier(bar, n_team)  # the leaf level writes the margin adjoints of any thread's rows
+    A = work.A[j0:j1]
+    W = work.w_rows[j0:j1]
+    for r in range(lay.round_ptr.shape[0] - 2, -1, -1):
+        if tid == 0:
+            _renewed_level(lay, trees, rows, sums, ren, r, n, c_leaf, work)
+        barrier(bar, n_team)
+        renewed_rule.reverse_rows(lay, rows.y, ren, sums.stored, r, A, j0, j1, work.GT, work.pivot, work.aT,
+                                  W, work.PT, r > 0)
+        barrier(bar, n_team)
+    if tid == 0:
+        _sum_a0(work)
 
 
 def applies(st: State) -> bool:
-    """Whether :func:`reverse` sweeps this model: one output, its rounds plain or renewed (no
-    joint rounds). (Decided by the model alone, never by the batch or the threads: the scores must
-    not depend on them.)"""
-    return st.loss.K == 1 and st.joint is None
+    """Whether :func:`reverse` sweeps this model: one output, its rounds all plain or all renewed
+    (no joint rounds; the adapters' models never mix renewed and plain rounds, a hand-built
+    :class:`~influence_gbdt.TreeEnsemble` may, and the general sweep takes it). (Decided by the model
+    alone, never by the batch or the threads: the scores must not depend on them.)"""
+    return st.loss.K == 1 and st.joint is None and (st.renewed is None or bool(st.renewed.renew.all()))
 
 
 #: Most objectives of a batch whose weight adjoints are summed in the sweep, in the same pass as
@@ -745,10 +777,10 @@ def reverse(
                 g_bar=np.empty((Bp, most_slots)), d_bar=np.empty((Bp, most_slots)),
                 pivot=np.empty(most_leaves if renewed else 0))
     n_team = rows_team(threads, n)
-    groups = (st.lay, st.trees, st.rows, st.loss, st.sums, st.cache, st.renewed)
-    # sweep_one's loops are for plain rounds: a model with renewed rounds takes sweep whatever the
-    # batch, so that it compiles one sweep, not two (the same arithmetic for one objective)
-    if B == 1 and st.renewed is None and bool(np.all(np.diff(lay.round_ptr) == 1)):
+    groups = (st.lay, st.trees, st.rows, st.loss, st.sums, st.cache)
+    if st.renewed is not None:  # every round renewed (applies), whatever the batch: one kernel
+        team.run(sweep_renewed, n_team, st.lay, st.trees, st.rows, st.sums, st.renewed, c, work)
+    elif B == 1 and bool(np.all(np.diff(lay.round_ptr) == 1)):
         team.run(sweep_one, n_team, *groups, c, work, None if every else work.A)
     else:
         team.run(sweep, n_team, *groups, c, work, defer, every)

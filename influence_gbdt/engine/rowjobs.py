@@ -69,20 +69,19 @@ class Work(NamedTuple):
     dl: NDArray[np.float64]  # (most leaves of a tree,) the fast objective's exp of a try's steps
     point_buf: NDArray[np.float64]  # (n,) the fast objective's exp-space approx of each row
     order: SumOrder  # (n or 0,) the fast objective's rows in its order (:func:`.passes.replay` fills it)
-    ren: Renewed | None  # the renewed rule's group (:func:`renew_tree`'s job); None: no renewed round
 
 
 def make_work(n_team: int, n: int, n_groups: int, n_total: int, most_leaves: int, most_slots: int, parts: int,
-              fast_rows: int, joint_K: int = 0, ren: Renewed | None = None) -> Work:
+              fast_rows: int, joint_K: int = 0) -> Work:
     """A :class:`Work` for a team of ``n_team`` (``parts``: most parts of a try's objective;
     ``fast_rows``: rows the booster's own objective arithmetic sums, ``n`` or 0; ``joint_K``: the
-    outputs of a model with joint rounds, else 0; ``ren``: the model's renewed group, if any)."""
+    outputs of a model with joint rounds, else 0)."""
     pj = (n_chunks(n), most_slots, (n_groups + 1) * (2 + joint_K)) if joint_K else (0, 0, 0)
     return Work(n_team=n_team, bar=np.zeros(2, dtype=np.int64), job=np.zeros(4, dtype=np.int64),
                 P=np.zeros((n_chunks(n), most_slots, 4 + 2 * n_groups)), PJ=np.zeros(pj),
                 parts=np.zeros((max(parts, 1), 2)),
                 u=np.zeros(n_total), step=np.zeros(n_total), dl=np.empty(most_leaves), point_buf=np.empty(n),
-                order=new_sum_order(fast_rows), ren=ren)
+                order=new_sum_order(fast_rows))
 
 
 @_internal
@@ -309,7 +308,7 @@ def fills_points(lay: Layout, bt: Backtrack | None, r: int) -> bool:
 
 
 @_internal
-def _do(  # noqa: C901 -- one branch per job code (a helper for one would be a kernel more to compile)
+def _do(
     tid: int, lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache,
     joint: Joint | None, bt: Backtrack | None, A: NDArray[np.float64], work: Work,
     scratch: NDArray[np.float64] | None,
@@ -327,8 +326,6 @@ def _do(  # noqa: C901 -- one branch per job code (a helper for one would be a k
     elif code == JOINT:  # joint round a1's leaf sums
         if joint is not None:
             _joint_rows(lay, rows, a1, A, j0, j1, work.PJ)
-    elif code == RENEW:  # renewed tree a1's leaves, each by one thread
-        renewed_rule.replay_leaves(lay, trees, rows, sums, work.ren, a1, A, tid, work.n_team)
     elif code == ADD:  # round a1's stored leaf values added to the margins
         for t in range(lay.round_ptr[a1], lay.round_ptr[a1 + 1]):
             c = lay.out[t]
@@ -367,15 +364,21 @@ def _post(
 @_internal
 def serve(
     tid: int, lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache,
-    joint: Joint | None, bt: Backtrack | None, A: NDArray[np.float64], work: Work,
+    joint: Joint | None, ren: Renewed | None, bt: Backtrack | None, A: NDArray[np.float64], work: Work,
     scratch: NDArray[np.float64] | None,
 ) -> None:
-    """Thread ``tid`` (> 0): do each job the driver posts, until it posts :data:`STOP`."""
+    """Thread ``tid`` (> 0): do each job the driver posts, until it posts :data:`STOP`. A renewed
+    tree's job (:func:`renew_tree`) is done here, not in :func:`_do`, so that ``ren`` (the model's
+    renewed group, None if it has none) is in no type that :func:`_do` and the other posting
+    functions take: they compile once for the models with renewed rounds and those without."""
     while True:
         barrier(work.bar, work.n_team)
         if work.job[0] == STOP:
             return
-        _do(tid, lay, trees, rows, loss, sums, cache, joint, bt, A, work, scratch)
+        if ren is not None and work.job[0] == RENEW:
+            renewed_rule.replay_leaves(lay, trees, rows, sums, ren, work.job[1], A, tid, work.n_team)
+        else:
+            _do(tid, lay, trees, rows, loss, sums, cache, joint, bt, A, work, scratch)
         barrier(work.bar, work.n_team)
 
 
@@ -446,12 +449,16 @@ def try_objective(
 
 @_internal
 def renew_tree(
-    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, joint: Joint | None,
-    bt: Backtrack | None, A: NDArray[np.float64], work: Work, scratch: NDArray[np.float64] | None, t: int,
+    lay: Layout, trees: Trees, rows: Rows, sums: Sums, ren: Renewed, A: NDArray[np.float64], work: Work,
+    t: int,
 ) -> None:
     """Renewed tree ``t``'s leaves recomputed at margins ``A``, the team's threads taking shares of
-    its leaves (:func:`.renewed.replay_leaves`; measured: docs/performance.md, stop 65)."""
-    _post(lay, trees, rows, loss, sums, cache, joint, bt, A, work, scratch, RENEW, t, 0, 0)
+    its leaves (:func:`.renewed.replay_leaves`; measured: docs/performance.md, stop 65). The driver
+    posts the job and does its own share as :func:`serve` does the others' (see there)."""
+    work.job[0], work.job[1], work.job[2], work.job[3] = RENEW, t, 0, 0
+    barrier(work.bar, work.n_team)
+    renewed_rule.replay_leaves(lay, trees, rows, sums, ren, t, A, 0, work.n_team)
+    barrier(work.bar, work.n_team)
 
 
 @_internal
