@@ -90,7 +90,8 @@ from influence_gbdt.tabular import n_rows, take_rows
 
 from .base import BoosterAdapter, check_numeric_params, one_thread, target_matrix
 from .xgboost_leaves import JsonTrees, NumericTrees, float32_rows
-from .xgboost_objectives import RT_EPS, Objective, objective_from_config, rounding_units
+from .xgboost_objectives import RT_EPS, Objective, objective_from_config
+from .xgboost_rounding import rounding_units
 
 #: Accepted ``params`` keys -> canonical name (XGBoost aliases included).
 _ALIASES: dict[str, str] = {

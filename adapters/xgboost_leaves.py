@@ -180,7 +180,7 @@ class NumericTrees:
 
         k = max(1, min(n_threads, n // _ROWS_PER_THREAD))
         cuts = [(n * i // k) // _BLOCK * _BLOCK for i in range(k)] + [n]
-        rest = [_pool().submit(walk, cuts[i], cuts[i + 1]) for i in range(1, k)]
+        rest = [thread_pool().submit(walk, cuts[i], cuts[i + 1]) for i in range(1, k)]
         walk(cuts[0], cuts[1])
         for job in rest:
             job.result()
@@ -191,9 +191,10 @@ class NumericTrees:
 _POOL: list[tuple[int, ThreadPoolExecutor]] = []
 
 
-def _pool() -> ThreadPoolExecutor:
-    """Threads kept for the walk (idle ones wait, using no processor): starting two threads took
-    1.6 ms of a 17 ms walk. One per core (or per numba thread, if more)."""
+def thread_pool() -> ThreadPoolExecutor:
+    """Threads kept for the walk and the rounding bound (:mod:`.xgboost_rounding`; idle ones wait,
+    using no processor): starting two threads took 1.6 ms of a 17 ms walk. One per core (or per
+    numba thread, if more)."""
     want = max(numba.get_num_threads(), os.cpu_count() or 1)
     if not _POOL or _POOL[0][0] < want:
         _POOL[:] = [(want, ThreadPoolExecutor(max_workers=want, thread_name_prefix="influence-gbdt-walk"))]

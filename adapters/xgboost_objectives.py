@@ -1,5 +1,5 @@
-"""XGBoost objective name -> the engine's loss, base-score rule and leaf rule (XGBoost 3.x), and
-the float32 rounding bound of the self-check for each loss (:func:`rounding_units`).
+"""XGBoost objective name -> the engine's loss, base-score rule and leaf rule (XGBoost 3.x). (The
+float32 rounding bound of the self-check for each loss: :mod:`.xgboost_rounding`.)
 
 Each supported objective maps onto one :class:`~influence_gbdt.losses.Loss` whose gradient and
 hessian are XGBoost's, term for term (src/objective/*.cu at v3.2.0, measured against stored
@@ -58,15 +58,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
-from influence_gbdt.engine import InfluenceEngine
 from influence_gbdt.errors import UnsupportedModelError
 from influence_gbdt.losses import Loss
 
 #: XGBoost's kRtEps (include/xgboost/base.h): the logistic base-score clip.
 RT_EPS = 1e-6
-_EPS32 = float(np.finfo(np.float32).eps)
 #: The logistic and softmax hessian floor (regression_loss.h, multiclass_obj.cu).
 HESSIAN_FLOOR = 1e-16
 _LOGISTIC = ("binary:logistic", "reg:logistic")
@@ -231,106 +228,3 @@ def _objective(name: str, obj: dict[str, Any], n_targets: int, n_class: int, spw
     scale = 2.0 if name == "reg:absoluteerror" else 1.0  # its loss is |y - F| = 2 pinball_0.5(y - F)
     return Objective(name, Loss("quantile", params={"alpha": alpha, "scale": scale}), "quantile", "identity",
                      True, spw)
-
-
-def float32_terms(loss: Loss, y: np.ndarray, margin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """How far XGBoost's float32 evaluation of a row's ``g`` and ``h`` can stray, in units of eps32.
-
-    Parameters
-    ----------
-    loss : Loss
-    y : ndarray of shape (n, label_width)
-    margin : ndarray of shape (n, K)
-
-    Returns
-    -------
-    s : ndarray of shape (n, K)
-        The magnitude of the terms XGBoost adds to form ``g`` (``|p| + |y|`` for log loss), each
-        exponential counted with its argument's rounding (``e^x (1 + |x|)``): ``|g_32 - g| <= c eps32 s``.
-    r : ndarray of shape (n, K)
-        The relative error of ``h`` in eps32 (``1 + |x|`` for an exponential, the pseudo-Huber
-        hessian's slope times its residual's rounding).
-    """
-    m = margin
-    ones = np.ones_like(m)
-    name = loss.name
-    if name in ("squared_error", "multi_squared", "quantile"):
-        return np.abs(m) + np.abs(y), 0.0 * ones
-    if name == "logloss":
-        p = 1.0 / (1.0 + np.exp(-m))
-        return p + np.abs(y), ones
-    if name == "softmax":
-        shifted = m - m.max(axis=1, keepdims=True)
-        e = np.exp(shifted)
-        p = e / e.sum(axis=1, keepdims=True)
-        onehot = (y[:, :1] == np.arange(m.shape[1])[None, :]).astype(np.float64)
-        return p * (2.0 + np.abs(shifted)) + onehot, 2.0 + np.abs(shifted)
-    if name == "poisson":
-        shift = loss.params["hessian_log_shift"]
-        return np.exp(m) * (1.0 + np.abs(m)) + np.abs(y), 1.0 + np.abs(m + shift)
-    if name == "gamma":
-        return 1.0 + y * np.exp(-m) * (1.0 + np.abs(m)), 1.0 + np.abs(m)
-    if name == "tweedie":
-        a, b = 1.0 - loss.params["power"], 2.0 - loss.params["power"]
-        terms = y * np.exp(a * m) * (1.0 + np.abs(a * m)) + np.exp(b * m) * (1.0 + np.abs(b * m))
-        return terms, 1.0 + np.abs(m)
-    if name == "pseudo_huber":
-        delta = loss.params["delta"]
-        z = m - y
-        q = 1.0 + (z / delta) ** 2
-        spread = np.abs(m) + np.abs(y)  # the rounding of z = f32(m - y)
-        h = 1.0 / (q * np.sqrt(q))
-        return np.abs(z) / np.sqrt(q) + h * spread, 1.0 + 3.0 * np.abs(z) * spread / (delta * delta * q)
-    raise ValueError(f"no float32 bound for the {name} loss")
-
-
-def rounding_units(engine: InfluenceEngine) -> NDArray[np.float64]:
-    """Each tree's worst leaf residual in units of that leaf's float32 rounding bound, shape (n_trees,).
-
-    XGBoost computes each row's gradient and hessian from float32 margins, in float32, and sums in
-    double; the engine works in float64 from the exact sums of the stored leaves. A Newton leaf's
-    difference is bounded by ``eta * (eps32 * sum w s + sum w dg) / (H + lambda) + |leaf| * (eps32 +
-    sum w (dh + eps32 h r) / (H + lambda))`` over its rows, where ``s`` and ``r`` bound the float32
-    evaluation of ``g`` and ``h`` (:func:`float32_terms`: the magnitudes of the
-    terms XGBoost adds, e.g. ``|p| + |y|`` for log loss), and ``dg, dh`` are the changes of the
-    engine's own gradient and hessian (``Loss.grad_hess``) when the margin moves by ``dm``, XGBoost's
-    float32 margin rounding after ``t`` rounds (``dm <= t * eps32 / 2 * max|margin|``). A renewed leaf
-    (quantile of residuals) is off by at most ``eta * (dm + eps32 (|y| + |m|))`` of one of its rows plus
-    ``eps32 |leaf|``. Rows sharing one margin round alike, so the residual grows with them: 1.4e-5
-    relative on 20,000 rows of rounded features (log loss), every leaf still below 0.6 of its bound.
-    """
-    e = engine.ensemble
-    w, loss = e.sample_weight, e.loss
-    margin = e.init_offset + e.base_margin[None, :]
-    drift = np.zeros_like(margin)  # bound on |XGBoost's float32 margin - the exact sum|
-    diff = np.abs(engine.leaf_values - e.leaf_values)
-    out = np.zeros(e.n_trees)
-    targets = np.broadcast_to(e.y, margin.shape) if e.y.shape[1] == margin.shape[1] else e.y[:, :1]
-    for r in range(int(e.tree_round[-1]) + 1):
-        g, h = loss.grad_hess(e.y, margin)
-        dg, dh = np.zeros_like(g), h * drift
-        for sign in (1.0, -1.0):
-            g2, h2 = loss.grad_hess(e.y, margin + sign * drift)
-            dg, dh = np.maximum(dg, np.abs(g2 - g)), np.maximum(dh, np.abs(h2 - h))
-        s, rel = float32_terms(loss, e.y, margin)
-        step = np.zeros_like(margin)
-        for t in np.flatnonzero(e.tree_round == r):
-            rows, k, c = e.leaf_index[t], int(e.n_leaves[t]), int(e.tree_output[t])
-            lo, hi = e.leaf_offset[t], e.leaf_offset[t + 1]
-            stored = e.leaf_values[lo:hi]
-            if e.renewed[t]:
-                row_bound = drift[:, c] + _EPS32 * (np.abs(targets[:, c]) + np.abs(margin[:, c]))
-                worst = np.zeros(k)
-                np.maximum.at(worst, rows, row_bound)
-                bound = e.learning_rate[t] * worst + _EPS32 * np.abs(stored)
-            else:
-                den = np.bincount(rows, w * h[:, c], k) + e.l2[lo:hi]
-                grad = np.bincount(rows, w * (_EPS32 * s[:, c] + dg[:, c]), k)
-                hess = np.bincount(rows, w * (dh[:, c] + _EPS32 * h[:, c] * rel[:, c]), k)
-                bound = e.learning_rate[t] * grad / den + np.abs(stored) * (_EPS32 + hess / den)
-            d = diff[lo:hi]
-            out[t] = np.max(np.where(d > 0, d / np.maximum(bound, np.finfo(float).tiny), 0.0))
-            step[:, c] += stored[rows]
-        margin = margin + step
-        drift += _EPS32 / 2 * np.abs(margin)
-    return out

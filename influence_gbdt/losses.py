@@ -327,6 +327,23 @@ def _as_2d(margin: Any) -> NDArray[np.float64]:
 
 
 @_inlined
+def probabilities(A: NDArray[np.float64], j: int, p: NDArray[np.float64]) -> None:
+    """``p = softmax(A[j])``, the row's margins shifted by their largest (a joint round's one step
+    starts at the row's margins ``A[j]``; XGBoost's float32 bound takes the softmax at a row's
+    margins)."""
+    K = A.shape[1]
+    top = A[j, 0]
+    for c in range(1, K):
+        top = max(top, A[j, c])
+    total = 0.0
+    for c in range(K):
+        p[c] = np.exp(A[j, c] - top)
+        total += p[c]
+    for c in range(K):
+        p[c] /= total
+
+
+@_inlined
 def sigmoid_pair(x: float) -> tuple[float, float]:
     """``(sigmoid(x), 1 - sigmoid(x))`` without cancellation."""
     z0, z1, _ = sigmoid_pair_exp(x)

@@ -211,21 +211,6 @@ def step_point(
     point(loss.code, loss.prm, mrow, z)
 
 
-@per_row
-def probabilities(A: NDArray[np.float64], j: int, p: NDArray[np.float64]) -> None:
-    """``p = softmax(A[j])`` (a joint round's one step starts at the row's margins ``A[j]``)."""
-    K = A.shape[1]
-    top = A[j, 0]
-    for c in range(1, K):
-        top = max(top, A[j, c])
-    total = 0.0
-    for c in range(K):
-        p[c] = np.exp(A[j, c] - top)
-        total += p[c]
-    for c in range(K):
-        p[c] /= total
-
-
 @_internal
 def round_slots(lay: Layout, r: int) -> NDArray[np.int64]:
     """The first step-leaf slot of each tree of round ``r`` (its one step), shape (K,)."""

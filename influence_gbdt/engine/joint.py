@@ -25,7 +25,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .. import _jit as numba
-from .common import l2_term, per_row, probabilities, round_slots
+from ..losses import probabilities
+from .common import l2_term, per_row, round_slots
 from .plain import refit_round_sums
 from .state import Joint, Layout, LossSpec, Rows, Sums, Trees
 

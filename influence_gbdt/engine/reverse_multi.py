@@ -36,10 +36,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .. import _jit as numba
-from ..losses import MULTI_SQUARED, ONE_VS_ALL, SOFTMAX, params4, sigmoid_pair
+from ..losses import MULTI_SQUARED, ONE_VS_ALL, SOFTMAX, params4, probabilities, sigmoid_pair
 from . import joint as joint_rule
 from . import team
-from .common import add_chunk_sums, per_row, probabilities, round_slots, start_leaf_sums
+from .common import add_chunk_sums, per_row, round_slots, start_leaf_sums
 from .indexing import INDEX
 from .plain import leaf_adjoints
 from .state import Joint, Layout, LossSpec, Rows, State, Sums, Trees, largest_round

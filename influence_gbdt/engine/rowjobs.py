@@ -28,6 +28,7 @@ from ..losses import (
     point,
     point1,
     point1_exp,
+    probabilities,
     step_derivs1,
     weighted,
 )
@@ -38,7 +39,6 @@ from .common import (
     clear_sums,
     keep_point,
     per_row,
-    probabilities,
     round_slots,
     row_margin,
 )
