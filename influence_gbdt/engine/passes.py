@@ -459,13 +459,14 @@ def refit_many(
 def point_team(st: State, threads: int, mode: int, n_outputs: int, forward: bool) -> int:
     """How many threads share each training point of :func:`refit_many` (:func:`forward_many` if
     ``forward``) on ``st``'s model: one for models with joint rounds, for forward mode of several
-    outputs (whose leaves thread 0 sums alone) or of renewed rounds (their derivatives thread 0
-    takes alone) and where only the point's own row is read (single_point: :func:`reads_one_row`;
-    forward mode's whenever no renewed round re-sorts residuals), else up to ``threads`` (one per
-    chunk of rows at most)."""
+    outputs (whose leaves thread 0 sums alone) and where only the point's own row is read
+    (single_point: :func:`reads_one_row`; forward mode's whenever no renewed round re-sorts
+    residuals), else up to ``threads`` (one per chunk of rows at most). (Forward mode of renewed
+    rounds: thread 0 takes each tree's leaf derivatives, O(leaves), and the team moves every row's
+    margins past the round.)"""
     row_only = mode == NONE and (forward or (st.backtrack is None and bool((st.trees.n_steps == 1).all())))
     renewed = st.renewed is not None
-    if st.joint is not None or (forward and (n_outputs > 1 or renewed)) or (row_only and not renewed):
+    if st.joint is not None or (forward and n_outputs > 1) or (row_only and not renewed):
         return 1
     return rows_team(threads, st.lay.leaf.shape[1])
 
