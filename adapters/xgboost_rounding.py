@@ -13,7 +13,6 @@ run on a pool of threads, each round's figures the same whatever the threads (me
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 from numpy.typing import NDArray
@@ -198,7 +197,8 @@ def rounding_units(engine: InfluenceEngine) -> NDArray[np.float64]:
     rounded features (log loss), every leaf still below 0.6 of its bound.
 
     The margins and drifts of each round are found one round after the other; the rounds' bounds
-    are computed on the adapters' thread pool, each round whole by one thread.
+    are computed on the adapters' thread pool, up to ``engine.n_threads`` rounds at once, each
+    round whole by one thread (the same figures for any number of threads).
     """
     e = engine.ensemble
     loss = e.loss
@@ -214,8 +214,8 @@ def rounding_units(engine: InfluenceEngine) -> NDArray[np.float64]:
     outputs = e.tree_output.astype(np.int64)
     pool = thread_pool()
     pending = []
-    # Rounds in flight: each holds its margins and drifts.
-    most = max(1, min(2 * (os.cpu_count() or 1), int(ROUND_BYTES // (2 * 8 * margin.size))))
+    # Rounds in flight, at most one per thread of the engine: each holds its margins and drifts.
+    most = max(1, min(engine.n_threads, int(ROUND_BYTES // (2 * 8 * margin.size))))
     for r in range(int(e.tree_round[-1]) + 1):
         trees = np.flatnonzero(e.tree_round == r).astype(np.int64)
         pending.append(pool.submit(_round_units, code, prm, size, kind, f32p, y, w, margin, drift, trees,
