@@ -615,7 +615,7 @@ def _logloss_weights4(
                          + (GT[kc, b] * gc + DT[kc, b] * hc)) + (GT[kd, b] * gd + DT[kd, b] * hd))
 
 
-@_internal
+@per_row  # inlined in the three sweeps: no kernel of its own to compile (benchmarks/coldstart.py)
 def _begin(tid: int, n_team: int, lay: Layout, c_leaf: NDArray[np.float64], work: Work) -> tuple[int, int]:
     """Thread ``tid``'s rows ``j0 .. j1 - 1`` of a sweep, returned, their margin and weight
     adjoints zeroed (each thread its own rows: not one thread for all); thread 0 also starts the
@@ -630,7 +630,7 @@ def _begin(tid: int, n_team: int, lay: Layout, c_leaf: NDArray[np.float64], work
     return j0, j1
 
 
-@_internal
+@per_row  # (as _begin)
 def _sum_a0(work: Work) -> None:
     """``work.a0_bar`` (B, 1): the rows' margin adjoints summed in row order (thread 0, after the
     sweep's last barrier)."""
