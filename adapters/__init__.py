@@ -9,10 +9,8 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-from influence_gbdt.errors import UnsupportedModelError
-
 from .base import BoosterAdapter
-from .trees import ModelTrees, read_trees, trees_for
+from .trees import ModelTrees, not_a_model, read_trees, trees_for
 
 #: Top-level module of the model's class -> "module:AdapterClass" (imported lazily).
 _REGISTRY: dict[str, str] = {
@@ -33,10 +31,7 @@ def adapter_for(model: Any, params: Mapping[str, Any] | None = None) -> BoosterA
     library = type(model).__module__.split(".")[0]
     target = _REGISTRY.get(library)
     if target is None:
-        raise UnsupportedModelError(
-            f"{type(model).__module__}.{type(model).__name__} is not a supported model: pass a trained "
-            "XGBoost, LightGBM or CatBoost model (Booster or scikit-learn wrapper)."
-        )
+        raise not_a_model(model)
     module_name, class_name = target.split(":")
     adapter_cls: type[BoosterAdapter] = getattr(importlib.import_module(module_name), class_name)
     return adapter_cls(model, params)

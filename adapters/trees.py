@@ -21,6 +21,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from influence_gbdt.errors import InputError, UnsupportedModelError
+from influence_gbdt.pipelines import is_pipeline
 from influence_gbdt.trees import TreeStructure
 
 #: Top-level module of the model's class -> "module:ReaderClass" (imported lazily).
@@ -153,6 +154,20 @@ class ModelTrees(ABC):
         return np.array([lookup[v.item() if hasattr(v, "item") else v] for v in arr], dtype=np.int64)
 
 
+def not_a_model(model: Any) -> UnsupportedModelError:
+    """The error for a ``model`` that no adapter or tree reader takes (a scikit-learn ``Pipeline``
+    named as such: only :class:`~influence_gbdt.BoostingInfluence` takes one whole)."""
+    if is_pipeline(model):
+        return UnsupportedModelError(
+            "A scikit-learn Pipeline is taken whole by BoostingInfluence only; here pass its trained "
+            "booster, pipeline[-1], and rows as the booster takes them, pipeline[:-1].transform(X)."
+        )
+    return UnsupportedModelError(
+        f"{type(model).__module__}.{type(model).__name__} is not a supported model: pass a trained "
+        "XGBoost, LightGBM or CatBoost model (Booster or scikit-learn wrapper)."
+    )
+
+
 def trees_for(model: Any) -> ModelTrees:
     """Return the tree reader for ``model``, chosen by the library its class comes from.
 
@@ -165,10 +180,7 @@ def trees_for(model: Any) -> ModelTrees:
     library = type(model).__module__.split(".")[0]
     target = _READERS.get(library)
     if target is None:
-        raise UnsupportedModelError(
-            f"{type(model).__module__}.{type(model).__name__} is not a supported model: pass a trained "
-            "XGBoost, LightGBM or CatBoost model (Booster or scikit-learn wrapper)."
-        )
+        raise not_a_model(model)
     module_name, class_name = target.split(":")
     reader_cls: type[ModelTrees] = getattr(importlib.import_module(module_name), class_name)
     return reader_cls(model)

@@ -6,7 +6,7 @@ import numbers
 import os
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import numpy as np
@@ -17,9 +17,10 @@ from tqdm.auto import tqdm
 from . import distributed
 from ._settings import settings_repr
 from .engine import DEFAULT_CACHE_BYTES, InfluenceEngine, TestPoints
-from .errors import InputError, LongRunWarning, NotFittedError
+from .errors import InputError, LongRunWarning, NotFittedError, ReproductionError
 from .explanation import PredictionExplanation
 from .inputs import check_choice, check_rows, check_table, is_integer, is_sparse, n_columns
+from .pipelines import REPRODUCTION_HINT, split_pipeline
 from .results import Scores, keyed_table, row_labels, tidy_scores
 from .tabular import n_rows, take_rows
 
@@ -51,8 +52,10 @@ class BoostingInfluence:
 
     Parameters
     ----------
-    model : XGBoost, LightGBM or CatBoost model
-        Trained; stored as given. Only the library the model comes from is imported.
+    model : XGBoost, LightGBM or CatBoost model, or a scikit-learn Pipeline ending in one
+        Trained; stored as given. Only the library the model comes from is imported. A
+        ``Pipeline`` takes rows as the pipeline does: its steps before the booster transform them
+        (:mod:`influence_gbdt.pipelines`), and the booster is scored on what they make.
     method : {"leaf_influence", "leaf_refit"}
         ``leaf_influence``: the derivative of the test loss in the row's training weight, with fixed
         tree structures (by default times the row's weight: see ``influence_unit``).
@@ -248,7 +251,14 @@ class BoostingInfluence:
         """
         self._forget_fit()
         self._check_settings()
+        transform, booster = split_pipeline(self.model)
         if distributed.is_dask_collection(X):  # training set on a Dask cluster
+            if transform is not None:
+                raise InputError(
+                    "A Pipeline's training rows on a Dask cluster are not supported: transform them with "
+                    "pipeline[:-1] and wrap its booster, pipeline[-1]."
+                )
+            self._transform = None
             return distributed.fit_explainer(self, X, y, sample_weight, init_score)
         from influence_gbdt.adapters import adapter_for
 
@@ -258,13 +268,19 @@ class BoostingInfluence:
         labels = check_rows(y, n, "y", index, numeric=False, columns=True)
         weights = None if sample_weight is None else check_rows(sample_weight, n, "sample_weight", index)
         offsets = None if init_score is None else check_rows(init_score, n, "init_score", index, columns=True)
-        adapter = adapter_for(self.model, self.params)
-        adapter.check_features(X)
-        fit_bytes = self._check_fit_memory(adapter, X, n)
+        adapter = adapter_for(booster, self.params)
+        X_model = self._model_inputs(transform, X, n, "X")
+        adapter.check_features(X_model)
+        fit_bytes = self._check_fit_memory(adapter, X_model, n)
         # The derivative cache (speeds up reverse mode) takes what max_memory leaves after fit.
-        engine = adapter.prepare(X, labels, weights, offsets,
-                                 cache_bytes=min(DEFAULT_CACHE_BYTES, self.max_memory - fit_bytes),
-                                 n_threads=self.n_threads)
+        try:
+            engine = adapter.prepare(X_model, labels, weights, offsets,
+                                     cache_bytes=min(DEFAULT_CACHE_BYTES, self.max_memory - fit_bytes),
+                                     n_threads=self.n_threads)
+        except ReproductionError as e:
+            if transform is None:
+                raise
+            raise ReproductionError(f"{e}{REPRODUCTION_HINT}") from e
         self.adapter_ = adapter
         self.engine_: InfluenceEngine = engine
         self.n_features_in_ = n_columns(X)
@@ -274,6 +290,7 @@ class BoostingInfluence:
         self.reproduction_residual_ = engine.relative_residual
         self._X_train = X
         self._y_train = labels
+        self._transform = transform
         self._fit_model = self.model
         self._fit_params = dict(self.params or {})
         return self
@@ -589,7 +606,8 @@ class BoostingInfluence:
 
     def _forget_fit(self) -> None:
         for name in ("adapter_", "engine_", "n_features_in_", "feature_names_in_", "n_train_",
-                     "reproduction_residual_", "_X_train", "_y_train", "_fit_model", "_fit_params"):
+                     "reproduction_residual_", "_X_train", "_y_train", "_transform", "_fit_model",
+                     "_fit_params"):
             self.__dict__.pop(name, None)
 
     def _fitted_engine(self) -> InfluenceEngine:
@@ -619,9 +637,10 @@ class BoostingInfluence:
         n_cols = n_columns(X)
         if n_cols != self.n_features_in_:
             raise InputError(f"X has {n_cols} features, but the model was fitted with {self.n_features_in_}.")
-        self.adapter_.check_features(X)
         m = n_rows(X)
         index = X.index if isinstance(X, pd.DataFrame) else None
+        X = self._model_inputs(self._transform, X, m, "X")
+        self.adapter_.check_features(X)
         labels = None
         if on == "loss":
             if y is None:
@@ -631,6 +650,28 @@ class BoostingInfluence:
             labels = self.adapter_.encode_labels(check_rows(y, m, "y", index, numeric=False, columns=True))
         offsets = None if init_score is None else check_rows(init_score, m, "init_score", index, columns=True)
         return TestPoints(self.adapter_.leaf_indices(X), self.adapter_.init_offset(X, offsets), labels)
+
+    @staticmethod
+    def _model_inputs(transform: Callable[[Any], Any] | None, X: Any, n: int, name: str) -> Any:
+        """``X`` (n rows, as the user passes them) as the booster takes them: through a
+        pipeline's preprocessing ``transform`` (:func:`.pipelines.split_pipeline`), if any."""
+        if transform is None:
+            return X
+        try:
+            X_model = transform(X)
+        except Exception as e:  # the step's own error, with what to do
+            raise InputError(
+                f"The Pipeline's steps before its model could not transform {name} "
+                f"({type(e).__name__}: {e}). Pass {name} as the pipeline itself takes it (for fit: the raw "
+                "rows it was fitted on)."
+            ) from e
+        X_model = check_table(X_model, f"{name} transformed by the pipeline")
+        if n_rows(X_model) != n:
+            raise InputError(
+                f"The Pipeline's steps before its model turned {n} rows of {name} into {n_rows(X_model)}: "
+                "each row must stay one row (a step that drops or adds rows cannot be explained)."
+            )
+        return X_model
 
     def _output_index(self, on: str, output: Any) -> int | None:
         """The engine's output index for ``output`` (None: the only output, or scoring the loss).
