@@ -556,6 +556,8 @@ class BoostingInfluence:
         w = engine.row_weights(rows)
         w = w[:, None] if scores.ndim == 2 else w
         if isinstance(scores, np.ndarray):  # the engine's new array: scaled where it lies
+            if (w == 1.0).all():  # no sample weights: x * 1.0 == x, a pass over (r, m) saved
+                return scores
             return np.multiply(scores, w, out=scores)
         return scores * w
 
