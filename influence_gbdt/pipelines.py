@@ -6,7 +6,9 @@ A pipeline such as ``make_pipeline(ColumnTransformer(...), LGBMClassifier())`` t
 does not (scikit-learn's ``TargetEncoder`` encodes the training rows by cross fitting), the rows the
 booster saw cannot be rebuilt from the fitted pipeline, so such a pipeline is refused by name; any
 other step whose ``fit_transform`` differs fails the adapter's self-check, whose message then says
-so (:data:`REPRODUCTION_HINT`).
+so (:data:`REPRODUCTION_HINT`). imbalanced-learn's pipelines (a ``Pipeline`` subclass) are refused
+where they hold a sampler (a step with ``fit_resample``): it changes the training rows in ``fit``
+only.
 
 scikit-learn is never imported here: an object can only be a ``Pipeline`` if ``sklearn.pipeline``
 is already imported (unpickling a pipeline imports it).
@@ -49,8 +51,9 @@ def split_pipeline(model: Any) -> tuple[Callable[[Any], Any] | None, Any]:
     Raises
     ------
     UnsupportedModelError
-        The pipeline ends in ``"passthrough"`` (no model), or one of its steps encodes the training
-        rows otherwise than it encodes other rows (:data:`_CROSS_FITTED`).
+        The pipeline ends in ``"passthrough"`` (no model), resamples its training rows (a sampler),
+        or one of its steps encodes the training rows otherwise than it encodes other rows
+        (:data:`_CROSS_FITTED`).
     """
     if not is_pipeline(model):
         return None, model
@@ -62,6 +65,13 @@ def split_pipeline(model: Any) -> tuple[Callable[[Any], Any] | None, Any]:
             "pipeline whose last step is a trained XGBoost, LightGBM or CatBoost model."
         )
     for step_name, step in steps[:-1]:
+        if hasattr(step, "fit_resample"):
+            raise UnsupportedModelError(
+                f"The Pipeline's step {step_name!r} is a sampler ({type(step).__name__}): it resampled "
+                "the training rows when the pipeline was fitted, so its booster was trained on other "
+                "rows than those you pass. Wrap the booster alone, pipeline[-1], with the rows it was "
+                "trained on (the steps' output, resampled as in training)."
+            )
         for inner in _transformers(step):
             why = _cross_fitted(inner)
             if why:

@@ -25,7 +25,7 @@ from influence_gbdt import (
 )
 
 sklearn = pytest.importorskip("sklearn")
-from sklearn.base import clone  # noqa: E402
+from sklearn.base import BaseEstimator, TransformerMixin, clone  # noqa: E402
 from sklearn.compose import make_column_transformer  # noqa: E402
 from sklearn.pipeline import make_pipeline  # noqa: E402
 from sklearn.preprocessing import (  # noqa: E402
@@ -130,6 +130,21 @@ def test_nested_pipelines_and_pandas_output_are_flattened() -> None:
     np.testing.assert_allclose(prediction, pipe.predict(X_test.iloc[[0]]), rtol=1e-6)  # float32 vs float64
 
 
+class _Resampler(TransformerMixin, BaseEstimator):
+    """A step as imbalanced-learn's samplers are to its pipelines (a ``Pipeline`` subclass that
+    calls ``fit_resample`` in fit and skips the step at transform): what the explainer recognizes
+    them by. (Here, in scikit-learn's own Pipeline, it transforms nothing.)"""
+
+    def fit(self, X: Any, y: Any = None) -> _Resampler:
+        return self
+
+    def transform(self, X: Any) -> Any:
+        return X
+
+    def fit_resample(self, X: Any, y: Any) -> tuple[Any, Any]:
+        return X[::2], y[::2]
+
+
 @pytest.mark.filterwarnings("ignore:X does not have valid feature names")  # the rows passed twice
 def test_pipelines_that_cannot_be_explained_are_refused_with_the_reason() -> None:
     import lightgbm
@@ -141,6 +156,10 @@ def test_pipelines_that_cannot_be_explained_are_refused_with_the_reason() -> Non
                             clone(booster)).fit(X, y)
     with pytest.raises(UnsupportedModelError, match="holds a TargetEncoder, which encodes the training rows"):
         BoostingInfluence(encoded).fit(X, y)
+
+    resampled = make_pipeline(_Resampler(), clone(booster)).fit(X[NUMERIC], y)
+    with pytest.raises(UnsupportedModelError, match="step '_resampler' is a sampler"):
+        BoostingInfluence(resampled).fit(X[NUMERIC], y)
 
     no_model = make_pipeline(_preprocessing(), "passthrough")
     with pytest.raises(UnsupportedModelError, match="last step 'passthrough' is 'passthrough'"):
