@@ -220,8 +220,9 @@ class BoostingInfluence:
         Parameters
         ----------
         X : array-like, DataFrame or SciPy sparse matrix of shape (n_train, n_features)
-            Exactly the training rows, in training order, as the booster accepted them. A DataFrame
-            must have the model's feature names in training order (where the model records names).
+            Exactly the training rows, in training order, as the booster accepted them (as the
+            pipeline did, for a ``Pipeline``). A DataFrame must have the model's feature names in
+            training order (where the model records names).
         y : array-like of shape (n_train,)
             The training labels, as the model was trained on them (strings, bools, {-1, 1}, ...
             for a scikit-learn or CatBoost classifier; 0/1 for a raw Booster). A pandas ``y`` must
