@@ -20,7 +20,7 @@ from .engine import DEFAULT_CACHE_BYTES, InfluenceEngine, TestPoints
 from .errors import InputError, LongRunWarning, NotFittedError, ReproductionError
 from .explanation import PredictionExplanation
 from .inputs import check_choice, check_rows, check_table, is_integer, is_sparse, n_columns
-from .pipelines import REPRODUCTION_HINT, split_pipeline
+from .pipelines import REPRODUCTION_HINT, unwrap
 from .results import Scores, keyed_table, row_labels, tidy_scores
 from .tabular import n_rows, take_rows
 
@@ -52,10 +52,12 @@ class BoostingInfluence:
 
     Parameters
     ----------
-    model : XGBoost, LightGBM or CatBoost model, or a scikit-learn Pipeline ending in one
+    model : XGBoost, LightGBM or CatBoost model, or a Pipeline or TransformedTargetRegressor around one
         Trained; stored as given. Only the library the model comes from is imported. A
-        ``Pipeline`` takes rows as the pipeline does: its steps before the booster transform them
-        (:mod:`influence_gbdt.pipelines`), and the booster is scored on what they make.
+        ``Pipeline`` takes rows as the pipeline does: its steps before the booster transform them,
+        and the booster is scored on what they make; a ``TransformedTargetRegressor`` takes labels
+        as it does, and its booster is scored on its loss in the transformed target
+        (:mod:`influence_gbdt.pipelines`).
     method : {"leaf_influence", "leaf_refit"}
         ``leaf_influence``: the derivative of the test loss in the row's training weight, with fixed
         tree structures (by default times the row's weight: see ``influence_unit``).
@@ -220,7 +222,7 @@ class BoostingInfluence:
         Parameters
         ----------
         X : array-like, DataFrame or SciPy sparse matrix of shape (n_train, n_features)
-            Exactly the training rows, in training order, as the booster accepted them (as the
+            Exactly the training rows, in training order, as the model accepted them (as the
             pipeline did, for a ``Pipeline``). A DataFrame must have the model's feature names in
             training order (where the model records names).
         y : array-like of shape (n_train,)
@@ -252,14 +254,14 @@ class BoostingInfluence:
         """
         self._forget_fit()
         self._check_settings()
-        transform, booster = split_pipeline(self.model)
+        inside = unwrap(self.model)
         if distributed.is_dask_collection(X):  # training set on a Dask cluster
-            if transform is not None:
+            if inside.booster is not self.model:
                 raise InputError(
-                    "A Pipeline's training rows on a Dask cluster are not supported: transform them with "
-                    "pipeline[:-1] and wrap its booster, pipeline[-1]."
+                    "A Pipeline's or TransformedTargetRegressor's training rows on a Dask cluster are not "
+                    "supported: transform them (pipeline[:-1], or the target) and wrap the booster alone."
                 )
-            self._transform = None
+            self._inside = inside
             return distributed.fit_explainer(self, X, y, sample_weight, init_score)
         from influence_gbdt.adapters import adapter_for
 
@@ -269,17 +271,17 @@ class BoostingInfluence:
         labels = check_rows(y, n, "y", index, numeric=False, columns=True)
         weights = None if sample_weight is None else check_rows(sample_weight, n, "sample_weight", index)
         offsets = None if init_score is None else check_rows(init_score, n, "init_score", index, columns=True)
-        adapter = adapter_for(booster, self.params)
-        X_model = self._model_inputs(transform, X, n, "X")
+        adapter = adapter_for(inside.booster, self.params)
+        X_model = self._model_inputs(inside.rows, X, n, "X")
         adapter.check_features(X_model)
         fit_bytes = self._check_fit_memory(adapter, X_model, n)
         # The derivative cache (speeds up reverse mode) takes what max_memory leaves after fit.
         try:
-            engine = adapter.prepare(X_model, labels, weights, offsets,
+            engine = adapter.prepare(X_model, _apply(inside.labels, labels), weights, offsets,
                                      cache_bytes=min(DEFAULT_CACHE_BYTES, self.max_memory - fit_bytes),
                                      n_threads=self.n_threads)
         except ReproductionError as e:
-            if transform is None:
+            if inside.booster is self.model:
                 raise
             raise ReproductionError(f"{e}{REPRODUCTION_HINT}") from e
         self.adapter_ = adapter
@@ -291,7 +293,7 @@ class BoostingInfluence:
         self.reproduction_residual_ = engine.relative_residual
         self._X_train = X
         self._y_train = labels
-        self._transform = transform
+        self._inside = inside
         self._fit_model = self.model
         self._fit_params = dict(self.params or {})
         return self
@@ -609,7 +611,7 @@ class BoostingInfluence:
 
     def _forget_fit(self) -> None:
         for name in ("adapter_", "engine_", "n_features_in_", "feature_names_in_", "n_train_",
-                     "reproduction_residual_", "_X_train", "_y_train", "_transform", "_fit_model",
+                     "reproduction_residual_", "_X_train", "_y_train", "_inside", "_fit_model",
                      "_fit_params"):
             self.__dict__.pop(name, None)
 
@@ -642,7 +644,7 @@ class BoostingInfluence:
             raise InputError(f"X has {n_cols} features, but the model was fitted with {self.n_features_in_}.")
         m = n_rows(X)
         index = X.index if isinstance(X, pd.DataFrame) else None
-        X = self._model_inputs(self._transform, X, m, "X")
+        X = self._model_inputs(self._inside.rows, X, m, "X")
         self.adapter_.check_features(X)
         labels = None
         if on == "loss":
@@ -650,14 +652,15 @@ class BoostingInfluence:
                 raise InputError(
                     "Scoring the test loss needs y; pass on='prediction' to score without labels."
                 )
-            labels = self.adapter_.encode_labels(check_rows(y, m, "y", index, numeric=False, columns=True))
+            given = check_rows(y, m, "y", index, numeric=False, columns=True)
+            labels = self.adapter_.encode_labels(_apply(self._inside.labels, given))
         offsets = None if init_score is None else check_rows(init_score, m, "init_score", index, columns=True)
         return TestPoints(self.adapter_.leaf_indices(X), self.adapter_.init_offset(X, offsets), labels)
 
     @staticmethod
     def _model_inputs(transform: Callable[[Any], Any] | None, X: Any, n: int, name: str) -> Any:
         """``X`` (n rows, as the user passes them) as the booster takes them: through a
-        pipeline's preprocessing ``transform`` (:func:`.pipelines.split_pipeline`), if any."""
+        pipeline's preprocessing ``transform`` (:func:`.pipelines.unwrap`), if any."""
         if transform is None:
             return X
         try:
@@ -812,6 +815,11 @@ class _Progress:
                 LongRunWarning,
                 stacklevel=2,
             )
+
+
+def _apply(transform: Callable[[Any], Any] | None, value: Any) -> Any:
+    """``transform(value)``, or ``value`` where there is nothing to do (None)."""
+    return value if transform is None else transform(value)
 
 
 def _plain(value: Any) -> Any:

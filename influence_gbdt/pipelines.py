@@ -1,4 +1,5 @@
-"""scikit-learn ``Pipeline``\\ s that end in a booster: the preprocessing steps in front of it.
+"""scikit-learn compositions around a booster: a ``Pipeline`` whose last step is the booster, and a
+``TransformedTargetRegressor`` whose regressor is one (or such a pipeline; either may hold the other).
 
 A pipeline such as ``make_pipeline(ColumnTransformer(...), LGBMClassifier())`` trains its booster on
 ``pipeline[:-1].transform(X)``... almost: ``Pipeline.fit`` gives the booster each step's
@@ -10,23 +11,32 @@ so (:data:`REPRODUCTION_HINT`). imbalanced-learn's pipelines (a ``Pipeline`` sub
 where they hold a sampler (a step with ``fit_resample``): it changes the training rows in ``fit``
 only.
 
-scikit-learn is never imported here: an object can only be a ``Pipeline`` if ``sklearn.pipeline``
-is already imported (unpickling a pipeline imports it).
+A ``TransformedTargetRegressor`` trains its regressor on ``transformer_.transform(y)`` (``func(y)``
+for ``func=``), as a column, squeezed back to one dimension for a one-dimensional ``y``:
+:func:`unwrap` rebuilds those labels the same way, so the booster is scored on the loss it
+minimised, in the transformed target (its raw prediction is the regressor's, before
+``inverse_func``).
+
+scikit-learn is never imported here: an object can only be one of these if its module is already
+imported (unpickling it imports it).
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from .errors import UnsupportedModelError
 
-#: Added to the self-check's message when the model is a pipeline.
+#: Added to the self-check's message when the model wraps its booster.
 REPRODUCTION_HINT = (
-    " The model is a Pipeline: its booster is checked on pipeline[:-1].transform(X), which must be "
-    "the rows the booster was trained on. Pass the raw training rows the pipeline was fitted on (not "
-    "rows already transformed); a step whose fit_transform differs from fit(X).transform(X) (a "
+    " The model wraps its booster (a Pipeline or a TransformedTargetRegressor): the booster is checked "
+    "on the rows and labels they make of yours (pipeline[:-1].transform(X), the target transform of y), "
+    "which must be what it was trained on. Pass the raw training rows and labels the model was fitted "
+    "on (not transformed ones); a step whose fit_transform differs from fit(X).transform(X) (a "
     "cross-fitted or randomised encoding) breaks this: wrap the booster alone, with the rows it saw."
 )
 
@@ -43,54 +53,104 @@ def is_pipeline(model: Any) -> bool:
     return module is not None and isinstance(model, module.Pipeline)
 
 
-def split_pipeline(model: Any) -> tuple[Callable[[Any], Any] | None, Any]:
-    """``(transform, booster)`` of ``model``: for a ``Pipeline``, the function that maps rows as
-    the pipeline's users pass them (raw features) to the booster's inputs (every step before the
-    last, nested pipelines flattened) and its last step; for any other model, ``(None, model)``.
+class Unwrapped(NamedTuple):
+    """A model's booster and what turns the user's data into the booster's (None: nothing to do)."""
+
+    rows: Callable[[Any], Any] | None  # X as the user passes it -> the booster's inputs
+    labels: Callable[[Any], Any] | None  # y as the user passes it -> the booster's labels
+    booster: Any
+
+
+def is_target_transformed(model: Any) -> bool:
+    """Whether ``model`` is a scikit-learn ``TransformedTargetRegressor`` (without importing
+    scikit-learn)."""
+    module = sys.modules.get("sklearn.compose")
+    return module is not None and isinstance(model, module.TransformedTargetRegressor)
+
+
+def unwrap(model: Any) -> Unwrapped:
+    """The booster inside ``model`` and the maps from the user's rows and labels to the booster's:
+    a ``Pipeline``'s steps before its last (nested pipelines flattened), a
+    ``TransformedTargetRegressor``'s target transform, composed where one holds the other; for a
+    booster, ``Unwrapped(None, None, model)``.
 
     Raises
     ------
     UnsupportedModelError
         The pipeline ends in ``"passthrough"`` (no model), resamples its training rows (a sampler),
         or one of its steps encodes the training rows otherwise than it encodes other rows
-        (:data:`_CROSS_FITTED`).
+        (:data:`_CROSS_FITTED`); a ``TransformedTargetRegressor`` that is not fitted.
     """
+    if is_target_transformed(model):
+        if not hasattr(model, "regressor_"):
+            raise UnsupportedModelError(
+                "The TransformedTargetRegressor is not fitted: fit it first (the explainer wraps a "
+                "trained model)."
+            )
+        inner = unwrap(model.regressor_)
+        return Unwrapped(inner.rows, _then(lambda y: _target(model, y), inner.labels), inner.booster)
     if not is_pipeline(model):
-        return None, model
+        return Unwrapped(None, None, model)
     steps = list(_flat_steps(model))
-    name, booster = steps[-1]
-    if booster is None or booster == "passthrough":
+    name, last = steps[-1]
+    if last is None or last == "passthrough":
         raise UnsupportedModelError(
-            f"The Pipeline's last step {name!r} is {booster!r}: there is no model to explain. Pass a "
+            f"The Pipeline's last step {name!r} is {last!r}: there is no model to explain. Pass a "
             "pipeline whose last step is a trained XGBoost, LightGBM or CatBoost model."
         )
     for step_name, step in steps[:-1]:
-        if hasattr(step, "fit_resample"):
-            raise UnsupportedModelError(
-                f"The Pipeline's step {step_name!r} is a sampler ({type(step).__name__}): it resampled "
-                "the training rows when the pipeline was fitted, so its booster was trained on other "
-                "rows than those you pass. Wrap the booster alone, pipeline[-1], with the rows it was "
-                "trained on (the steps' output, resampled as in training)."
-            )
-        for inner in _transformers(step):
-            why = _cross_fitted(inner)
-            if why:
-                raise UnsupportedModelError(
-                    f"The Pipeline's step {step_name!r} holds a {type(inner).__name__}, which {why}: the "
-                    "rows its booster was trained on cannot be rebuilt from the fitted pipeline. Wrap "
-                    "the booster alone, pipeline[-1], with the exact rows it was trained on (for "
-                    "example: encode the training rows once, keep them, and train the booster on them)."
-                )
+        _check_step(step_name, step)
     transformers = [step for _, step in steps[:-1] if step is not None and step != "passthrough"]
-    if not transformers:
-        return None, booster
 
     def transform(X: Any) -> Any:
         for step in transformers:
             X = step.transform(X)
         return X
 
-    return transform, booster
+    inner = unwrap(last)
+    return Unwrapped(_then(transform if transformers else None, inner.rows), inner.labels, inner.booster)
+
+
+def _then(first: Callable[[Any], Any] | None,
+          second: Callable[[Any], Any] | None) -> Callable[[Any], Any] | None:
+    """``second`` after ``first`` (either may be None: nothing to do)."""
+    if first is None or second is None:
+        return first or second
+    return lambda value: second(first(value))
+
+
+def _target(model: Any, y: Any) -> Any:
+    """``y`` as ``model`` (a fitted ``TransformedTargetRegressor``) gave it to its regressor: its
+    ``transformer_``'s transform of ``y`` as a column, squeezed back for a one-dimensional ``y``
+    (as ``TransformedTargetRegressor.fit`` does)."""
+    y = np.asarray(y)
+    if y.dtype == object:
+        y = y.astype(np.float64)
+    out = np.asarray(model.transformer_.transform(y.reshape(-1, 1) if y.ndim == 1 else y))
+    if out.ndim == 2 and out.shape[1] == 1 and y.ndim == 1:
+        out = out[:, 0]
+    return out
+
+
+def _check_step(name: str, step: Any) -> None:
+    """Refuse a pipeline step before the booster whose output for the training rows is not what
+    the booster was trained on (a sampler, a cross-fitted encoder)."""
+    if hasattr(step, "fit_resample"):
+        raise UnsupportedModelError(
+            f"The Pipeline's step {name!r} is a sampler ({type(step).__name__}): it resampled "
+            "the training rows when the pipeline was fitted, so its booster was trained on other "
+            "rows than those you pass. Wrap the booster alone, pipeline[-1], with the rows it was "
+            "trained on (the steps' output, resampled as in training)."
+        )
+    for inner in _transformers(step):
+        why = _cross_fitted(inner)
+        if why:
+            raise UnsupportedModelError(
+                f"The Pipeline's step {name!r} holds a {type(inner).__name__}, which {why}: the "
+                "rows its booster was trained on cannot be rebuilt from the fitted pipeline. Wrap "
+                "the booster alone, pipeline[-1], with the exact rows it was trained on (for "
+                "example: encode the training rows once, keep them, and train the booster on them)."
+            )
 
 
 def _flat_steps(pipeline: Any) -> Iterator[tuple[str, Any]]:

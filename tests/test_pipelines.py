@@ -26,7 +26,7 @@ from influence_gbdt import (
 
 sklearn = pytest.importorskip("sklearn")
 from sklearn.base import BaseEstimator, TransformerMixin, clone  # noqa: E402
-from sklearn.compose import make_column_transformer  # noqa: E402
+from sklearn.compose import TransformedTargetRegressor, make_column_transformer  # noqa: E402
 from sklearn.pipeline import make_pipeline  # noqa: E402
 from sklearn.preprocessing import (  # noqa: E402
     FunctionTransformer,
@@ -54,19 +54,20 @@ def _preprocessing() -> Any:
                                    (StandardScaler(), NUMERIC))
 
 
-def _default_classifier(library: str) -> Any:
-    """The library's classifier with its defaults (CatBoost: quiet, no files)."""
+def _default(library: str, kind: str = "Classifier") -> Any:
+    """The library's ``kind`` ("Classifier" or "Regressor") with its defaults (CatBoost: quiet, no
+    files)."""
     if library == "xgboost":
         import xgboost
 
-        return xgboost.XGBClassifier()
+        return getattr(xgboost, f"XGB{kind}")()
     if library == "lightgbm":
         import lightgbm
 
-        return lightgbm.LGBMClassifier(verbose=-1)
+        return getattr(lightgbm, f"LGBM{kind}")(verbose=-1)
     import catboost
 
-    return catboost.CatBoostClassifier(verbose=0, allow_writing_files=False)
+    return getattr(catboost, f"CatBoost{kind}")(verbose=0, allow_writing_files=False)
 
 
 @pytest.mark.parametrize("library", LIBRARIES)
@@ -78,7 +79,7 @@ def test_a_pipeline_is_scored_as_its_booster_on_the_rows_it_makes(library: str) 
     X, y, X_test, y_test = _frames()
     if library != "xgboost":  # XGBClassifier takes encoded labels only
         y, y_test = np.array(["no", "yes"])[y], np.array(["no", "yes"])[y_test]
-    pipe = make_pipeline(_preprocessing(), _default_classifier(library)).fit(X, y)
+    pipe = make_pipeline(_preprocessing(), _default(library)).fit(X, y)
     ex = BoostingInfluence(pipe, progress=False).fit(X, y)
     alone = BoostingInfluence(pipe[-1], progress=False).fit(pipe[:-1].transform(X), y)
     X_test_model = pipe[:-1].transform(X_test)
@@ -169,7 +170,7 @@ def test_pipelines_that_cannot_be_explained_are_refused_with_the_reason() -> Non
     with pytest.raises(InputError, match=r"could not transform X .*ColumnTransformer is expecting 4"):
         BoostingInfluence(pipe).fit(pipe[:-1].transform(X), y)  # rows already transformed
     scaled = make_pipeline(StandardScaler(), clone(booster)).fit(X[NUMERIC], y)
-    with pytest.raises(ReproductionError, match=r"The model is a Pipeline: its booster is checked on pipel"):
+    with pytest.raises(ReproductionError, match=r"The model wraps its booster \(a Pipeline or a Transformed"):
         BoostingInfluence(scaled, progress=False).fit(scaled[:-1].transform(X[NUMERIC]), y)
 
     dropping = make_pipeline(FunctionTransformer(), clone(booster)).fit(X[NUMERIC], y)
@@ -205,3 +206,60 @@ def test_early_stopping_inside_a_pipeline_scores_the_trees_predict_uses() -> Non
     want = alone.score_training_points(pre.transform(X_test), y_test, aggregate="mean")
     got = ex.score_training_points(X_test, y_test, aggregate="mean")
     np.testing.assert_array_equal(np.asarray(got), want)
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_a_transformed_target_is_scored_on_the_loss_the_booster_minimised(library: str) -> None:
+    """``TransformedTargetRegressor(regressor, func=np.log1p, inverse_func=np.expm1)`` around each
+    library's default regressor, on a positive target: the explainer's raw prediction is the
+    regressor's (``predict`` is its ``expm1``), and the scores are the booster's alone trained on
+    ``log1p(y)``, bit for bit: the loss it minimised, in the transformed target."""
+    X, _, X_test, _ = _frames()
+    X, X_test = X[NUMERIC], X_test[NUMERIC]
+    y, y_test = np.exp(X["a"].to_numpy() + 0.3 * X["b"].to_numpy()), np.exp(X_test["a"].to_numpy())
+    model = TransformedTargetRegressor(regressor=_default(library, "Regressor"), func=np.log1p,
+                                       inverse_func=np.expm1)
+    model.fit(X, y)
+    ex = BoostingInfluence(model, progress=False).fit(X, y)
+    margin = ex.explain_prediction(X_test.iloc[[1]]).margin
+    np.testing.assert_allclose(margin, model.regressor_.predict(X_test.iloc[[1]]), rtol=1e-6)  # float32 sums
+    np.testing.assert_allclose(np.expm1(margin), model.predict(X_test.iloc[[1]]), rtol=1e-6)
+    alone = BoostingInfluence(model.regressor_, progress=False).fit(X, np.log1p(y))
+    np.testing.assert_array_equal(np.asarray(ex.score_training_points(X_test, y_test)),
+                                  alone.score_training_points(X_test, np.log1p(y_test)))
+    ex.set_params(method="leaf_refit")
+    alone.set_params(method="leaf_refit")
+    want = alone.score_training_points(X_test, np.log1p(y_test), training_points=[3, 40])
+    got = ex.score_training_points(X_test, y_test, training_points=[3, 40])
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_a_target_transform_and_a_pipeline_inside_each_other() -> None:
+    """A pipeline inside a ``TransformedTargetRegressor`` (a standardised target) and one around it:
+    rows go through the pipeline's steps, labels through the target transform, in either order of
+    nesting; labels already transformed are caught by the self-check, which says why."""
+    import lightgbm
+
+    X, _, X_test, _ = _frames()
+    y = 3.0 * X["a"].to_numpy() + np.where(X["g"] == "p", 5.0, 0.0) + 40.0
+    y_test = 3.0 * X_test["a"].to_numpy() + 40.0
+    booster = lightgbm.LGBMRegressor(verbose=-1)
+    inner = TransformedTargetRegressor(regressor=make_pipeline(_preprocessing(), clone(booster)),
+                                       transformer=StandardScaler()).fit(X, y)
+    outer = make_pipeline(_preprocessing(),
+                          TransformedTargetRegressor(regressor=clone(booster), transformer=StandardScaler()))
+    outer.fit(X, y)
+    cases = ((inner, inner.regressor_[-1], inner.regressor_[:-1], inner.transformer_),
+             (outer, outer[-1].regressor_, outer[:-1], outer[-1].transformer_))
+    for model, fitted, pre, target in cases:
+        ex = BoostingInfluence(model, progress=False).fit(X, y)
+        y_model = target.transform(y[:, None])[:, 0]
+        alone = BoostingInfluence(fitted, progress=False).fit(pre.transform(X), y_model)
+        want = alone.score_training_points(pre.transform(X_test), target.transform(y_test[:, None])[:, 0])
+        np.testing.assert_array_equal(np.asarray(ex.score_training_points(X_test, y_test)), want)
+        np.testing.assert_allclose(ex.explain_prediction(X_test.iloc[[0]]).margin,
+                                   fitted.predict(pre.transform(X_test.iloc[[0]])), rtol=1e-6)
+    with pytest.raises(ReproductionError, match="the target transform of y"):
+        BoostingInfluence(inner, progress=False).fit(X, inner.transformer_.transform(y[:, None])[:, 0])
+    with pytest.raises(UnsupportedModelError, match="TransformedTargetRegressor is not fitted"):
+        BoostingInfluence(TransformedTargetRegressor(regressor=lightgbm.LGBMRegressor())).fit(X[NUMERIC], y)
