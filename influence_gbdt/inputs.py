@@ -35,6 +35,40 @@ def _container(X: Any) -> str | None:
     return None
 
 
+def _polars_class(value: Any) -> str | None:
+    """The class name of a polars object (``DataFrame``, ``LazyFrame``, ``Series``), else None;
+    polars is never imported here."""
+    cls = type(value)
+    return cls.__name__ if cls.__module__.split(".")[0] == "polars" else None
+
+
+def from_polars(X: Any, what: str = "X") -> Any:
+    """A polars ``DataFrame`` as the pandas DataFrame it converts to (``X.to_pandas()``: nulls
+    become NaN, a ``Categorical`` or ``Enum`` column a pandas categorical with the same categories in
+    the same order, a default 0..n-1 index); anything else as given.
+
+    The boosters read a polars frame as they read that pandas frame: the same predictions and
+    leaves, which the adapters' self-check confirms on the training rows.
+
+    Raises
+    ------
+    InputError
+        A ``LazyFrame`` (not yet computed), or the conversion needs pyarrow and it is missing.
+    """
+    kind = _polars_class(X)
+    if kind == "LazyFrame":
+        raise InputError(f"{what} is a polars LazyFrame: compute it first, {what}.collect().")
+    if kind != "DataFrame":
+        return X
+    try:
+        return X.to_pandas()
+    except ImportError as e:
+        raise InputError(
+            f"{what} is a polars DataFrame, whose conversion needs pyarrow ({e}): pip install pyarrow, "
+            f"or pass {what}.to_pandas()."
+        ) from None
+
+
 def is_sparse(X: Any) -> bool:
     """Whether ``X`` is a SciPy sparse matrix or array (without importing SciPy)."""
     return type(X).__module__.startswith("scipy.sparse")
@@ -43,14 +77,16 @@ def is_sparse(X: Any) -> bool:
 def check_table(X: Any, what: str = "X") -> Any:
     """``X`` as a 2-D table with at least one row and one column.
 
-    DataFrames, numpy arrays and SciPy sparse matrices are returned as given; lists (of lists) and
-    other sequences become float64 ndarrays.
+    pandas DataFrames, numpy arrays and SciPy sparse matrices are returned as given, a polars
+    DataFrame as pandas (:func:`from_polars`); lists (of lists) and other sequences become float64
+    ndarrays.
 
     Raises
     ------
     InputError
         A booster's own container (DMatrix, Dataset, Pool), a Series or 1-D array (one row?), a 3-D
-        array, a ragged or non-numeric list, no rows, no columns, duplicate column names.
+        array, a ragged or non-numeric list, no rows, no columns, duplicate column names, a polars
+        ``LazyFrame``.
     """
     container = _container(X)
     if container:
@@ -58,11 +94,8 @@ def check_table(X: Any, what: str = "X") -> Any:
             f"{what} is {container}: pass the numpy array or DataFrame it was built from "
             "(its labels as y, its weights as sample_weight)."
         )
-    if isinstance(X, pd.Series):
-        raise InputError(
-            f"{what} is a pandas Series: pass a DataFrame of rows. For one row, select it with double "
-            f"brackets ({what}.iloc[[j]]) or use series.to_frame().T."
-        )
+    X = from_polars(X, what)
+    _refuse_series(X, what)
     if isinstance(X, pd.DataFrame):
         duplicated = X.columns[X.columns.duplicated()].unique().tolist()
         if duplicated:
@@ -100,6 +133,20 @@ def check_table(X: Any, what: str = "X") -> Any:
     return table
 
 
+def _refuse_series(X: Any, what: str) -> None:
+    """Refuse a pandas or polars Series passed as a table of rows."""
+    if isinstance(X, pd.Series):
+        raise InputError(
+            f"{what} is a pandas Series: pass a DataFrame of rows. For one row, select it with double "
+            f"brackets ({what}.iloc[[j]]) or use series.to_frame().T."
+        )
+    if _polars_class(X) == "Series":
+        raise InputError(
+            f"{what} is a polars Series (one column): pass a DataFrame of rows. For one row, slice it "
+            "from its DataFrame, df[j : j + 1]."
+        )
+
+
 def check_rows(
     values: Any, n: int, what: str, index: pd.Index | None = None, numeric: bool = True,
     columns: bool = False,
@@ -109,7 +156,7 @@ def check_rows(
 
     Parameters
     ----------
-    values : array-like of shape (n,) or (n, 1), Series or one-column DataFrame
+    values : array-like of shape (n,) or (n, 1), Series or one-column DataFrame (pandas or polars)
         With ``columns``: also of shape (n, k) or a DataFrame of k columns (a multi-target
         regressor's targets, a multi-output model's per-output initial margins); the adapter
         checks that ``k`` is the model's number of outputs.
