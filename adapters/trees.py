@@ -21,7 +21,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from influence_gbdt.errors import InputError, UnsupportedModelError
-from influence_gbdt.pipelines import is_pipeline
+from influence_gbdt.pipelines import is_pipeline, selected, why_not
 from influence_gbdt.trees import TreeStructure
 
 #: Top-level module of the model's class -> "module:ReaderClass" (imported lazily).
@@ -156,12 +156,16 @@ class ModelTrees(ABC):
 
 def not_a_model(model: Any) -> UnsupportedModelError:
     """The error for a ``model`` that no adapter or tree reader takes (a scikit-learn ``Pipeline``
-    named as such: only :class:`~influence_gbdt.BoostingInfluence` takes one whole)."""
+    named as such: only :class:`~influence_gbdt.BoostingInfluence` takes one whole; the
+    scikit-learn wrappers of :func:`~influence_gbdt.pipelines.why_not` with what to pass instead)."""
     if is_pipeline(model):
         return UnsupportedModelError(
             "A scikit-learn Pipeline is taken whole by BoostingInfluence only; here pass its trained "
             "booster, pipeline[-1], and rows as the booster takes them, pipeline[:-1].transform(X)."
         )
+    why = why_not(model)
+    if why is not None:
+        return UnsupportedModelError(why)
     return UnsupportedModelError(
         f"{type(model).__module__}.{type(model).__name__} is not a supported model: pass a trained "
         "XGBoost, LightGBM or CatBoost model (Booster or scikit-learn wrapper)."
@@ -169,7 +173,8 @@ def not_a_model(model: Any) -> UnsupportedModelError:
 
 
 def trees_for(model: Any) -> ModelTrees:
-    """Return the tree reader for ``model``, chosen by the library its class comes from.
+    """Return the tree reader for ``model`` (a search's or ``FrozenEstimator``'s model in its place:
+    :func:`~influence_gbdt.pipelines.selected`), chosen by the library its class comes from.
 
     Raises
     ------
@@ -177,6 +182,7 @@ def trees_for(model: Any) -> ModelTrees:
         If the model's class does not come from XGBoost, LightGBM or CatBoost, or the reader
         refuses the model (the message names the setting and the fix).
     """
+    model = selected(model)
     library = type(model).__module__.split(".")[0]
     target = _READERS.get(library)
     if target is None:

@@ -490,7 +490,7 @@ def fit_explainer(explainer: Any, X: Any, y: Any, sample_weight: Any = None, ini
     as ``engine_``. Returns the explainer."""
     from influence_gbdt.adapters import adapter_for
 
-    adapter = adapter_for(explainer.model, explainer.params)
+    adapter = adapter_for(explainer._inside.booster, explainer.params)
     partitioned.check_library(adapter.library)
     meta = getattr(X, "_meta", None)
     adapter.check_features(meta if isinstance(meta, pd.DataFrame) else X)

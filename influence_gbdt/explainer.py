@@ -56,8 +56,9 @@ class BoostingInfluence:
         Trained; stored as given. Only the library the model comes from is imported. A
         ``Pipeline`` takes rows as the pipeline does: its steps before the booster transform them,
         and the booster is scored on what they make; a ``TransformedTargetRegressor`` takes labels
-        as it does, and its booster is scored on its loss in the transformed target
-        (:mod:`influence_gbdt.pipelines`).
+        as it does, and its booster is scored on its loss in the transformed target; a fitted
+        hyper-parameter search (``GridSearchCV``, ...) is its ``best_estimator_``, a
+        ``FrozenEstimator`` the estimator it holds (:mod:`influence_gbdt.pipelines`).
     method : {"leaf_influence", "leaf_refit"}
         ``leaf_influence``: the derivative of the test loss in the row's training weight, with fixed
         tree structures (by default times the row's weight: see ``influence_unit``).
@@ -221,10 +222,11 @@ class BoostingInfluence:
 
         Parameters
         ----------
-        X : array-like, DataFrame or SciPy sparse matrix of shape (n_train, n_features)
+        X : array-like, DataFrame (pandas or polars) or SciPy sparse matrix of shape (n_train, n_features)
             Exactly the training rows, in training order, as the model accepted them (as the
             pipeline did, for a ``Pipeline``). A DataFrame must have the model's feature names in
-            training order (where the model records names).
+            training order (where the model records names). A polars DataFrame is read as its
+            ``to_pandas()`` (as the boosters read it); the results' row index is then 0 .. n - 1.
         y : array-like of shape (n_train,)
             The training labels, as the model was trained on them (strings, bools, {-1, 1}, ...
             for a scikit-learn or CatBoost classifier; 0/1 for a raw Booster). A pandas ``y`` must
@@ -255,8 +257,9 @@ class BoostingInfluence:
         self._forget_fit()
         self._check_settings()
         inside = unwrap(self.model)
+        wrapped = inside.rows is not None or inside.labels is not None  # a pipeline's or target's maps
         if distributed.is_dask_collection(X):  # training set on a Dask cluster
-            if inside.booster is not self.model:
+            if wrapped:
                 raise InputError(
                     "A Pipeline's or TransformedTargetRegressor's training rows on a Dask cluster are not "
                     "supported: transform them (pipeline[:-1], or the target) and wrap the booster alone."
@@ -265,14 +268,14 @@ class BoostingInfluence:
             return distributed.fit_explainer(self, X, y, sample_weight, init_score)
         from influence_gbdt.adapters import adapter_for
 
-        X = check_table(X, "X")
+        raw, X = X, check_table(X, "X")
         n = n_rows(X)
         index = X.index if isinstance(X, pd.DataFrame) else None
         labels = check_rows(y, n, "y", index, numeric=False, columns=True)
         weights = None if sample_weight is None else check_rows(sample_weight, n, "sample_weight", index)
         offsets = None if init_score is None else check_rows(init_score, n, "init_score", index, columns=True)
         adapter = adapter_for(inside.booster, self.params)
-        X_model = self._model_inputs(inside.rows, X, n, "X")
+        X_model = self._model_inputs(inside.rows, raw, X, "X")
         adapter.check_features(X_model)
         fit_bytes = self._check_fit_memory(adapter, X_model, n)
         # The derivative cache (speeds up reverse mode) takes what max_memory leaves after fit.
@@ -281,7 +284,7 @@ class BoostingInfluence:
                                      cache_bytes=min(DEFAULT_CACHE_BYTES, self.max_memory - fit_bytes),
                                      n_threads=self.n_threads)
         except ReproductionError as e:
-            if inside.booster is self.model:
+            if not wrapped:
                 raise
             raise ReproductionError(f"{e}{REPRODUCTION_HINT}") from e
         self.adapter_ = adapter
@@ -313,8 +316,9 @@ class BoostingInfluence:
 
         Parameters
         ----------
-        X : array-like, DataFrame or SciPy sparse matrix of shape (n_test, n_features)
-            Test rows with the columns seen in :meth:`fit`. One row: ``X.iloc[[j]]`` or ``X[[j]]``.
+        X : array-like, DataFrame (pandas or polars) or SciPy sparse matrix of shape (n_test, n_features)
+            Test rows with the columns seen in :meth:`fit`. One row: ``X.iloc[[j]]`` or ``X[[j]]``
+            (polars: ``X[j : j + 1]``).
         y : array-like of shape (n_test,), optional
             Test labels, as the model was trained on them; required with ``on="loss"``.
         aggregate : {None, "mean", "sum"}
@@ -629,7 +633,7 @@ class BoostingInfluence:
         return self.engine_
 
     def _test_points(self, X: Any, y: ArrayLike | None, on: str, init_score: ArrayLike | None) -> TestPoints:
-        X = check_table(X, "X")
+        raw, X = X, check_table(X, "X")
         names = getattr(self, "feature_names_in_", None)
         if names is not None and isinstance(X, pd.DataFrame) and list(X.columns) != list(names):
             missing = [c for c in names if c not in set(X.columns)][:5]
@@ -644,7 +648,7 @@ class BoostingInfluence:
             raise InputError(f"X has {n_cols} features, but the model was fitted with {self.n_features_in_}.")
         m = n_rows(X)
         index = X.index if isinstance(X, pd.DataFrame) else None
-        X = self._model_inputs(self._inside.rows, X, m, "X")
+        X = self._model_inputs(self._inside.rows, raw, X, "X")
         self.adapter_.check_features(X)
         labels = None
         if on == "loss":
@@ -658,13 +662,16 @@ class BoostingInfluence:
         return TestPoints(self.adapter_.leaf_indices(X), self.adapter_.init_offset(X, offsets), labels)
 
     @staticmethod
-    def _model_inputs(transform: Callable[[Any], Any] | None, X: Any, n: int, name: str) -> Any:
-        """``X`` (n rows, as the user passes them) as the booster takes them: through a
-        pipeline's preprocessing ``transform`` (:func:`.pipelines.unwrap`), if any."""
+    def _model_inputs(transform: Callable[[Any], Any] | None, raw: Any, X: Any, name: str) -> Any:
+        """The rows as the booster takes them: ``X`` (``raw`` through :func:`.inputs.check_table`)
+        when the model is the booster, else the user's own ``raw`` through a pipeline's
+        preprocessing ``transform`` (:func:`.pipelines.unwrap`), as the pipeline's ``predict`` takes
+        them (a polars frame stays one)."""
         if transform is None:
             return X
+        n = n_rows(X)
         try:
-            X_model = transform(X)
+            X_model = transform(raw)
         except Exception as e:  # the step's own error, with what to do
             raise InputError(
                 f"The Pipeline's steps before its model could not transform {name} "

@@ -17,6 +17,12 @@ for ``func=``), as a column, squeezed back to one dimension for a one-dimensiona
 minimised, in the transformed target (its raw prediction is the regressor's, before
 ``inverse_func``).
 
+A hyper-parameter search (``GridSearchCV``, ``RandomizedSearchCV``, the halving searches) predicts
+with its ``best_estimator_``, refitted on all the rows the search was given, and a
+``FrozenEstimator`` with the estimator it holds: :func:`selected` takes that model instead. Other
+scikit-learn wrappers whose predictions are not one booster's (calibration, one booster per target
+or class, ensembles of models) are refused with what to explain instead (:func:`why_not`).
+
 scikit-learn is never imported here: an object can only be one of these if its module is already
 imported (unpickling it imports it).
 """
@@ -71,16 +77,19 @@ def is_target_transformed(model: Any) -> bool:
 def unwrap(model: Any) -> Unwrapped:
     """The booster inside ``model`` and the maps from the user's rows and labels to the booster's:
     a ``Pipeline``'s steps before its last (nested pipelines flattened), a
-    ``TransformedTargetRegressor``'s target transform, composed where one holds the other; for a
-    booster, ``Unwrapped(None, None, model)``.
+    ``TransformedTargetRegressor``'s target transform, composed where one holds the other, a
+    search's or ``FrozenEstimator``'s model in its place (:func:`selected`); for a booster,
+    ``Unwrapped(None, None, model)``.
 
     Raises
     ------
     UnsupportedModelError
         The pipeline ends in ``"passthrough"`` (no model), resamples its training rows (a sampler),
         or one of its steps encodes the training rows otherwise than it encodes other rows
-        (:data:`_CROSS_FITTED`); a ``TransformedTargetRegressor`` that is not fitted.
+        (:data:`_CROSS_FITTED`); a ``TransformedTargetRegressor`` that is not fitted; a search
+        without its ``best_estimator_`` (:func:`selected`).
     """
+    model = selected(model)
     if is_target_transformed(model):
         if not hasattr(model, "regressor_"):
             raise UnsupportedModelError(
@@ -109,6 +118,90 @@ def unwrap(model: Any) -> Unwrapped:
 
     inner = unwrap(last)
     return Unwrapped(_then(transform if transformers else None, inner.rows), inner.labels, inner.booster)
+
+
+def _is(model: Any, module_name: str, class_name: str) -> bool:
+    """Whether ``model`` is an instance of ``module_name.class_name``, if that module is imported."""
+    module = sys.modules.get(module_name)
+    return module is not None and isinstance(model, getattr(module, class_name))
+
+
+def selected(model: Any) -> Any:
+    """The model that ``model`` predicts with, when it is a fitted hyper-parameter search (its
+    ``best_estimator_``) or a ``FrozenEstimator`` (its ``estimator``), repeatedly; else ``model``.
+
+    Raises
+    ------
+    UnsupportedModelError
+        A search that is not fitted, or was run with ``refit=False`` (no model was trained on all
+        its rows).
+    """
+    while True:
+        if _is(model, "sklearn.model_selection._search", "BaseSearchCV"):
+            if not hasattr(model, "best_estimator_"):
+                done = hasattr(model, "cv_results_")
+                raise UnsupportedModelError(
+                    f"The {type(model).__name__} has no best_estimator_: "
+                    + ("it ran with refit=False, so no model was trained on all its rows. Train the best "
+                       "parameters (search.best_params_) on the training rows and pass that model."
+                       if done else "it is not fitted. Fit it first (the explainer wraps a trained model).")
+                )
+            model = model.best_estimator_
+        elif _is(model, "sklearn.frozen", "FrozenEstimator"):
+            model = model.estimator
+        else:
+            return model
+
+
+_ONE_PER_TARGET = (
+    "it trains one booster per target: explain each, BoostingInfluence(model.estimators_[k]).fit(X, Y[:, k])"
+)
+_CHAINED = (
+    "each of its boosters also takes the earlier targets as features: explain model.estimators_[k] on X "
+    "with those columns appended (in model.order_)"
+)
+_OWN_BOOSTING = (
+    "it is scikit-learn's own gradient boosting, whose trees no adapter reads: train an XGBoost, "
+    "LightGBM or CatBoost model instead (LightGBM's is the closest to HistGradientBoosting)"
+)
+_COMBINES = (
+    "it combines several models' predictions: explain each booster inside it (model.estimators_) on "
+    "the rows it was trained on"
+)
+
+#: scikit-learn wrappers whose predictions are not one booster's: class name -> why, and what to do.
+_NOT_ONE_BOOSTER = {
+    "CalibratedClassifierCV": (
+        "its probabilities pass the booster's through a calibration map fitted on other rows, and with "
+        "cv folds average copies of the booster each trained on one fold. Explain the booster it "
+        "calibrates, on the rows that booster was trained on (with cv folds: "
+        "model.calibrated_classifiers_[i].estimator and its fold's training rows)"
+    ),
+    "OneVsRestClassifier": (
+        "it trains one booster per class on a binary label: explain model.estimators_[k] with labels "
+        "(y == model.classes_[k]), or train the booster on all classes (every booster does multiclass)"
+    ),
+    "OneVsOneClassifier": (
+        "it trains one booster per pair of classes on that pair's rows: train the booster on all "
+        "classes instead (every booster does multiclass)"
+    ),
+    **dict.fromkeys(("MultiOutputRegressor", "MultiOutputClassifier"), _ONE_PER_TARGET),
+    **dict.fromkeys(("RegressorChain", "ClassifierChain"), _CHAINED),
+    **dict.fromkeys(("HistGradientBoostingClassifier", "HistGradientBoostingRegressor",
+                     "GradientBoostingClassifier", "GradientBoostingRegressor"), _OWN_BOOSTING),
+    **dict.fromkeys(("VotingClassifier", "VotingRegressor", "StackingClassifier", "StackingRegressor",
+                     "BaggingClassifier", "BaggingRegressor"), _COMBINES),
+}
+
+
+def why_not(model: Any) -> str | None:
+    """Why a scikit-learn wrapper ``model`` cannot be explained as one booster, and what to pass
+    instead (None if it is none of those, :data:`_NOT_ONE_BOOSTER`)."""
+    cls = type(model)
+    if cls.__module__.split(".")[0] != "sklearn":
+        return None
+    why = _NOT_ONE_BOOSTER.get(cls.__name__)
+    return None if why is None else f"scikit-learn's {cls.__name__} is not supported: {why}."
 
 
 def _then(first: Callable[[Any], Any] | None,

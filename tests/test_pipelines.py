@@ -263,3 +263,65 @@ def test_a_target_transform_and_a_pipeline_inside_each_other() -> None:
         BoostingInfluence(inner, progress=False).fit(X, inner.transformer_.transform(y[:, None])[:, 0])
     with pytest.raises(UnsupportedModelError, match="TransformedTargetRegressor is not fitted"):
         BoostingInfluence(TransformedTargetRegressor(regressor=lightgbm.LGBMRegressor())).fit(X[NUMERIC], y)
+
+
+def test_a_search_or_a_frozen_model_is_scored_as_the_model_it_predicts_with() -> None:
+    """A ``GridSearchCV`` over a pipeline around LightGBM's classifier, fitted with sample weights:
+    the explainer predicts what the search predicts, and scores as its ``best_estimator_`` wrapped
+    alone, bit for bit; so does a ``FrozenEstimator`` holding that pipeline. Feature tweaking reads
+    a search's booster. A search without a best estimator is refused with the reason."""
+    import lightgbm
+    from sklearn.model_selection import GridSearchCV
+
+    frozen_module = pytest.importorskip("sklearn.frozen")  # scikit-learn >= 1.6
+    X, y, X_test, y_test = _frames()
+    weight = np.linspace(0.5, 2.0, len(y))
+    pipe = make_pipeline(_preprocessing(), lightgbm.LGBMClassifier(verbose=-1, n_estimators=20))
+    search = GridSearchCV(pipe, {"lgbmclassifier__num_leaves": [4, 15]}, cv=3)
+    search.fit(X, y, lgbmclassifier__sample_weight=weight)
+    best = BoostingInfluence(search.best_estimator_, progress=False).fit(X, y, sample_weight=weight)
+    want = best.score_training_points(X_test, y_test)
+    for model in (search, frozen_module.FrozenEstimator(search.best_estimator_)):
+        ex = BoostingInfluence(model, progress=False).fit(X, y, sample_weight=weight)
+        pd.testing.assert_frame_equal(ex.score_training_points(X_test, y_test), want)
+        np.testing.assert_allclose(ex.explain_prediction(X_test.iloc[[4]], y_test[[4]]).probabilities[1],
+                                   model.predict_proba(X_test.iloc[[4]])[0, 1], rtol=1e-5)  # float32 sums
+
+    bare = GridSearchCV(lightgbm.LGBMClassifier(verbose=-1, n_estimators=20), {"num_leaves": [4, 15]}, cv=3)
+    bare.fit(X[NUMERIC], y)
+    pd.testing.assert_frame_equal(FeatureTweaking(bare).fit(X[NUMERIC]).tweak(X_test[NUMERIC], target=1),
+                                  FeatureTweaking(bare.best_estimator_).fit(X[NUMERIC]).tweak(X_test[NUMERIC],
+                                                                                              target=1))
+    no_refit = GridSearchCV(clone(pipe), {"lgbmclassifier__num_leaves": [4, 15]}, cv=3, refit=False).fit(X, y)
+    with pytest.raises(UnsupportedModelError, match=r"refit=False, so no model was trained on all its rows"):
+        BoostingInfluence(no_refit).fit(X, y)
+    with pytest.raises(UnsupportedModelError, match="GridSearchCV has no best_estimator_: it is not fitted"):
+        BoostingInfluence(GridSearchCV(clone(pipe), {})).fit(X, y)
+
+
+def test_wrappers_whose_prediction_is_not_one_booster_are_refused_with_what_to_pass() -> None:
+    """Calibration, one booster per target, scikit-learn's own boosting and model ensembles: refused
+    by name, by the explainer and by feature tweaking, saying what to explain instead."""
+    import lightgbm
+    from sklearn.calibration import CalibratedClassifierCV
+    from sklearn.ensemble import HistGradientBoostingClassifier, VotingClassifier
+    from sklearn.multioutput import MultiOutputRegressor
+
+    X, y, _, _ = _frames(n=120)
+    X = X[NUMERIC]
+    small = lightgbm.LGBMClassifier(verbose=-1, n_estimators=5)
+    Y = np.column_stack([X["a"], X["b"]])
+    cases = [
+        (CalibratedClassifierCV(small, cv=2).fit(X, y), y, r"calibrated_classifiers_\[i\].estimator"),
+        (MultiOutputRegressor(lightgbm.LGBMRegressor(verbose=-1, n_estimators=5)).fit(X, Y), Y,
+         r"one booster per target: explain each, BoostingInfluence\(model.estimators_\[k\]\)"),
+        (HistGradientBoostingClassifier(max_iter=5).fit(X, y), y, "scikit-learn's own gradient boosting"),
+        (VotingClassifier([("a", small), ("b", clone(small))]).fit(X, y), y, "combines several models"),
+    ]
+    for model, labels, reason in cases:
+        name = type(model).__name__
+        refused = rf"scikit-learn's {name} is not supported"
+        with pytest.raises(UnsupportedModelError, match=rf"{refused}: .*{reason}"):
+            BoostingInfluence(model).fit(X, labels)
+        with pytest.raises(UnsupportedModelError, match=refused):
+            FeatureTweaking(model).fit()
