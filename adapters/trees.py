@@ -21,7 +21,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from influence_gbdt.errors import InputError, UnsupportedModelError
-from influence_gbdt.pipelines import is_pipeline, selected, why_not
+from influence_gbdt.pipelines import is_pipeline, is_target_transformed, selected, why_not
 from influence_gbdt.trees import TreeStructure
 
 #: Top-level module of the model's class -> "module:ReaderClass" (imported lazily).
@@ -155,13 +155,19 @@ class ModelTrees(ABC):
 
 
 def not_a_model(model: Any) -> UnsupportedModelError:
-    """The error for a ``model`` that no adapter or tree reader takes (a scikit-learn ``Pipeline``
-    named as such: only :class:`~influence_gbdt.BoostingInfluence` takes one whole; the
-    scikit-learn wrappers of :func:`~influence_gbdt.pipelines.why_not` with what to pass instead)."""
+    """The error for a ``model`` that no adapter or tree reader takes (a scikit-learn ``Pipeline`` or
+    ``TransformedTargetRegressor`` named as such: only :class:`~influence_gbdt.BoostingInfluence`
+    takes one whole; the scikit-learn wrappers of :func:`~influence_gbdt.pipelines.why_not` with
+    what to pass instead)."""
     if is_pipeline(model):
         return UnsupportedModelError(
             "A scikit-learn Pipeline is taken whole by BoostingInfluence only; here pass its trained "
             "booster, pipeline[-1], and rows as the booster takes them, pipeline[:-1].transform(X)."
+        )
+    if is_target_transformed(model):
+        return UnsupportedModelError(
+            "A TransformedTargetRegressor is taken whole by BoostingInfluence only; here pass its trained "
+            "regressor, model.regressor_ (whose predictions are in the transformed target)."
         )
     why = why_not(model)
     if why is not None:

@@ -263,6 +263,8 @@ def test_a_target_transform_and_a_pipeline_inside_each_other() -> None:
         BoostingInfluence(inner, progress=False).fit(X, inner.transformer_.transform(y[:, None])[:, 0])
     with pytest.raises(UnsupportedModelError, match="TransformedTargetRegressor is not fitted"):
         BoostingInfluence(TransformedTargetRegressor(regressor=lightgbm.LGBMRegressor())).fit(X[NUMERIC], y)
+    with pytest.raises(UnsupportedModelError, match=r"here pass its trained regressor, model.regressor_"):
+        FeatureTweaking(inner).fit()
 
 
 def test_a_search_or_a_frozen_model_is_scored_as_the_model_it_predicts_with() -> None:
