@@ -21,6 +21,22 @@ def binary_data(
     return frame.iloc[:n].reset_index(drop=True), y[:n], frame.iloc[n:].reset_index(drop=True), y[n:]
 
 
+def default_model(library: str, kind: str = "Classifier") -> Any:
+    """The library's unfitted scikit-learn ``kind`` ("Classifier" or "Regressor") with its defaults
+    (LightGBM quiet, CatBoost quiet and writing no files): the models users have."""
+    if library == "xgboost":
+        import xgboost
+
+        return getattr(xgboost, f"XGB{kind}")()
+    if library == "lightgbm":
+        import lightgbm
+
+        return getattr(lightgbm, f"LGBM{kind}")(verbose=-1)
+    import catboost
+
+    return getattr(catboost, f"CatBoost{kind}")(verbose=0, allow_writing_files=False)
+
+
 def classifier(library: str, X: Any, y: np.ndarray, n_trees: int = 15) -> Any:
     """A fitted scikit-learn-style binary classifier of ``library``."""
     if library == "xgboost":

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-from boosters import LIBRARIES, binary_data, classifier, regressor
+from boosters import LIBRARIES, binary_data, classifier, default_model, regressor
 
 from influence_gbdt import (
     BoostingInfluence,
@@ -542,19 +542,12 @@ def test_explain_prediction_prints_plots_and_matches_the_booster(fitted: tuple) 
 
 
 def _default_classifier(library: str, X: pd.DataFrame, y: np.ndarray) -> object:
-    """The library's classifier with its defaults (CatBoost: quiet, no files)."""
+    """The library's classifier with its defaults, fitted (XGBoost on encoded labels)."""
     if library == "xgboost":
-        import xgboost
         from sklearn.preprocessing import LabelEncoder
 
-        return xgboost.XGBClassifier().fit(X, LabelEncoder().fit_transform(y))
-    if library == "lightgbm":
-        import lightgbm
-
-        return lightgbm.LGBMClassifier(verbose=-1).fit(X, y)
-    import catboost
-
-    return catboost.CatBoostClassifier(verbose=0, allow_writing_files=False).fit(X, y)
+        y = LabelEncoder().fit_transform(y)
+    return default_model(library).fit(X, y)
 
 
 @pytest.mark.parametrize("library", LIBRARIES)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from boosters import LIBRARIES, binary_data
+from boosters import LIBRARIES, binary_data, default_model
 
 from influence_gbdt import (
     BoostingInfluence,
@@ -54,22 +54,6 @@ def _preprocessing() -> Any:
                                    (StandardScaler(), NUMERIC))
 
 
-def _default(library: str, kind: str = "Classifier") -> Any:
-    """The library's ``kind`` ("Classifier" or "Regressor") with its defaults (CatBoost: quiet, no
-    files)."""
-    if library == "xgboost":
-        import xgboost
-
-        return getattr(xgboost, f"XGB{kind}")()
-    if library == "lightgbm":
-        import lightgbm
-
-        return getattr(lightgbm, f"LGBM{kind}")(verbose=-1)
-    import catboost
-
-    return getattr(catboost, f"CatBoost{kind}")(verbose=0, allow_writing_files=False)
-
-
 @pytest.mark.parametrize("library", LIBRARIES)
 def test_a_pipeline_is_scored_as_its_booster_on_the_rows_it_makes(library: str) -> None:
     """Each library's default classifier behind a ColumnTransformer (one-hot text, scaled numbers),
@@ -79,7 +63,7 @@ def test_a_pipeline_is_scored_as_its_booster_on_the_rows_it_makes(library: str) 
     X, y, X_test, y_test = _frames()
     if library != "xgboost":  # XGBClassifier takes encoded labels only
         y, y_test = np.array(["no", "yes"])[y], np.array(["no", "yes"])[y_test]
-    pipe = make_pipeline(_preprocessing(), _default(library)).fit(X, y)
+    pipe = make_pipeline(_preprocessing(), default_model(library)).fit(X, y)
     ex = BoostingInfluence(pipe, progress=False).fit(X, y)
     alone = BoostingInfluence(pipe[-1], progress=False).fit(pipe[:-1].transform(X), y)
     X_test_model = pipe[:-1].transform(X_test)
@@ -217,7 +201,7 @@ def test_a_transformed_target_is_scored_on_the_loss_the_booster_minimised(librar
     X, _, X_test, _ = _frames()
     X, X_test = X[NUMERIC], X_test[NUMERIC]
     y, y_test = np.exp(X["a"].to_numpy() + 0.3 * X["b"].to_numpy()), np.exp(X_test["a"].to_numpy())
-    model = TransformedTargetRegressor(regressor=_default(library, "Regressor"), func=np.log1p,
+    model = TransformedTargetRegressor(regressor=default_model(library, "Regressor"), func=np.log1p,
                                        inverse_func=np.expm1)
     model.fit(X, y)
     ex = BoostingInfluence(model, progress=False).fit(X, y)

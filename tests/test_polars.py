@@ -13,27 +13,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from boosters import LIBRARIES, binary_data
+from boosters import LIBRARIES, binary_data, default_model
 
 from influence_gbdt import BoostingInfluence, FeatureTweaking, InputError
 
 pl = pytest.importorskip("polars")
 pytest.importorskip("pyarrow")  # polars' to_pandas
-
-
-def _default_classifier(library: str) -> Any:
-    """The library's classifier with its defaults (LightGBM and CatBoost quiet, no files)."""
-    if library == "xgboost":
-        import xgboost
-
-        return xgboost.XGBClassifier()
-    if library == "lightgbm":
-        import lightgbm
-
-        return lightgbm.LGBMClassifier(verbose=-1)
-    import catboost
-
-    return catboost.CatBoostClassifier(verbose=0, allow_writing_files=False)
 
 
 def _with_nulls(frame: pd.DataFrame) -> Any:
@@ -55,7 +40,7 @@ def test_polars_rows_score_as_their_pandas_conversion(library: str) -> None:
         y, y_test = np.array(["no", "yes"])[y], np.array(["no", "yes"])[y_test]
     yp, yp_test = pl.Series("y", y), pl.Series("y", y_test)
     weight = pl.Series("w", np.linspace(0.5, 2.0, len(y)))
-    model = _default_classifier(library).fit(Xp, yp, sample_weight=weight)
+    model = default_model(library).fit(Xp, yp, sample_weight=weight)
 
     ex = BoostingInfluence(model, progress=False).fit(Xp, yp, sample_weight=weight)
     explained = ex.explain_prediction(Xp_test[2:3], yp_test[2:3])
