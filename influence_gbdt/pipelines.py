@@ -53,10 +53,16 @@ _CROSS_FITTED = {
 }
 
 
+def _is(model: Any, module_name: str, class_name: str) -> bool:
+    """Whether ``model`` is an instance of ``module_name.class_name``, if that module is imported
+    (never importing it: an object of the class exists only once its module is imported)."""
+    module = sys.modules.get(module_name)
+    return module is not None and isinstance(model, getattr(module, class_name))
+
+
 def is_pipeline(model: Any) -> bool:
     """Whether ``model`` is a scikit-learn ``Pipeline`` (without importing scikit-learn)."""
-    module = sys.modules.get("sklearn.pipeline")
-    return module is not None and isinstance(model, module.Pipeline)
+    return _is(model, "sklearn.pipeline", "Pipeline")
 
 
 class Unwrapped(NamedTuple):
@@ -70,8 +76,7 @@ class Unwrapped(NamedTuple):
 def is_target_transformed(model: Any) -> bool:
     """Whether ``model`` is a scikit-learn ``TransformedTargetRegressor`` (without importing
     scikit-learn)."""
-    module = sys.modules.get("sklearn.compose")
-    return module is not None and isinstance(model, module.TransformedTargetRegressor)
+    return _is(model, "sklearn.compose", "TransformedTargetRegressor")
 
 
 def unwrap(model: Any) -> Unwrapped:
@@ -118,12 +123,6 @@ def unwrap(model: Any) -> Unwrapped:
 
     inner = unwrap(last)
     return Unwrapped(_then(transform if transformers else None, inner.rows), inner.labels, inner.booster)
-
-
-def _is(model: Any, module_name: str, class_name: str) -> bool:
-    """Whether ``model`` is an instance of ``module_name.class_name``, if that module is imported."""
-    module = sys.modules.get(module_name)
-    return module is not None and isinstance(model, getattr(module, class_name))
 
 
 def selected(model: Any) -> Any:
