@@ -150,6 +150,18 @@ class CatBoostTrees(ModelTrees):
     def leaf_ids(self, X: Any) -> NDArray[np.int32]:
         return np.asarray(self.model.calc_leaf_indexes(self._pool(X)), dtype=np.int32)
 
+    def predict_value(self, X: Any) -> NDArray[np.float64]:
+        return np.asarray(self.model.predict(self._pool(X)), dtype=np.float64)
+
+    @property
+    def prediction_link(self) -> str:
+        """``CatBoostRegressor.predict`` gives the exponent of the margin for Poisson and Tweedie
+        (its default ``prediction_type``); the generic ``CatBoost.predict`` the margin itself."""
+        import catboost
+
+        exponent = isinstance(self.model, catboost.CatBoostRegressor) and self.loss in ("Poisson", "Tweedie")
+        return "log" if exponent else "identity"
+
     def predict_index(self, X: Any) -> NDArray[np.int64]:
         labels = self.model.predict(self._pool(X), prediction_type="Class")
         return self._labels_to_index(np.asarray(labels).ravel())

@@ -73,7 +73,8 @@ class LightGBMTrees(ModelTrees):
     def _read(self) -> TreeStructure:
         dump = self.booster.dump_model(num_iteration=self.n_iter)
         per_iter = int(dump["num_tree_per_iteration"])
-        kind = _objective(str(dump.get("objective", "regression")))
+        self.objective_text = str(dump.get("objective") or "")  # name and its settings
+        kind = _objective(self.objective_text or "regression")
         n_outputs = per_iter if kind == "multiclass" else 1
         builder = StructureBuilder(n_outputs)
         categorical: set[int] = set()
@@ -111,6 +112,28 @@ class LightGBMTrees(ModelTrees):
     def leaf_ids(self, X: Any) -> NDArray[np.int32]:
         out = np.asarray(self.booster.predict(X, pred_leaf=True, num_iteration=self.n_iter))
         return out.astype(np.int32).reshape(out.shape[0], -1)
+
+    def predict_value(self, X: Any) -> NDArray[np.float64]:
+        if isinstance(self.model, lgb.LGBMModel):
+            return np.asarray(self.model.predict(X), dtype=np.float64)
+        return np.asarray(self.booster.predict(X, num_iteration=self.n_iter), dtype=np.float64)
+
+    @property
+    def prediction_link(self) -> str:
+        """LightGBM's output conversion of the objective (``ConvertOutput``), as its dump names it:
+        exp for poisson/gamma/tweedie, the sigmoid for cross_entropy, log1p(exp) for
+        cross_entropy_lambda, the signed square for ``reg_sqrt`` ("sqrt" in the name), else none
+        (a custom objective, ranking)."""
+        _ = self.structure  # reads objective_text with the trees
+        words = self.objective_text.split()
+        head = words[0] if words else ""
+        if head in ("poisson", "gamma", "tweedie"):
+            return "log"
+        if head == "cross_entropy":
+            return "logit"
+        if head == "cross_entropy_lambda":
+            return "softplus"
+        return "signed_square" if "sqrt" in words[1:] else "identity"
 
     def predict_index(self, X: Any) -> NDArray[np.int64]:
         if isinstance(self.model, lgb.LGBMClassifier):

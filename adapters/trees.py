@@ -76,6 +76,18 @@ class ModelTrees(ABC):
     def predict_index(self, X: Any) -> NDArray[np.int64]:
         """Class index (into :attr:`classes`) the model's own ``predict`` gives, shape (n_rows,)."""
 
+    @abstractmethod
+    def predict_value(self, X: Any) -> NDArray[np.float64]:
+        """What a regressor's own ``predict`` gives (the wrapper's, or the Booster's), shape
+        (n_rows,) or (n_rows, n_outputs), float64: :attr:`prediction_link` of the raw margin."""
+
+    @property
+    def prediction_link(self) -> str:
+        """How :meth:`predict_value` follows from the raw margin: a name of
+        :data:`influence_gbdt.links.LINKS` (regressors; "identity" unless the objective or the
+        model's ``predict`` applies another)."""
+        return "identity"
+
     @property
     def classes(self) -> NDArray[Any] | None:
         if self.structure.objective == "regression":

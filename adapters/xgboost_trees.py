@@ -155,6 +155,18 @@ class XGBoostTrees(ModelTrees):
         out = self.booster.predict(self._dmatrix(X), pred_leaf=True, iteration_range=(0, self.n_rounds))
         return np.asarray(out, dtype=np.int32).reshape(out.shape[0], -1)
 
+    def predict_value(self, X: Any) -> NDArray[np.float64]:
+        if isinstance(self.model, xgb.XGBModel):
+            out = self.model.predict(X)
+        else:
+            out = self.booster.predict(self._dmatrix(X), iteration_range=(0, self.n_rounds))
+        return np.asarray(out, dtype=np.float64)
+
+    @property
+    def prediction_link(self) -> str:
+        """The link of the objective (the one XGBoost stores its base score through)."""
+        return _OBJECTIVES[self.objective_name][1]
+
     def predict_index(self, X: Any) -> NDArray[np.int64]:
         if isinstance(self.model, xgb.XGBClassifier):
             return self._labels_to_index(self.model.predict(X))
