@@ -249,6 +249,9 @@ def _goal_rows(model: _Model, point: Point, goal: Goal, y: NDArray[np.int64]) ->
     s = point.grid.structure
     v = s.scale * s.value[point.grid.leaves]
     base = s.base_margin
+    if s.objective == "regression":  # low + delta <= margin <= high - delta
+        model.row(y, v[:, 0], goal.low + goal.delta - base[0], goal.high - goal.delta - base[0])
+        return
     if s.objective == "binary":
         sign = 1.0 if goal.klass == 1 else -1.0
         model.row(y, sign * v[:, 0], goal.delta - sign * (base[0] - goal.threshold), np.inf)

@@ -61,16 +61,21 @@ PATH, COMBINED, ROW, EXACT = 1, 2, 3, 4
 
 @dataclass(frozen=True)
 class Goal:
-    """Reach class ``klass``: ``score(margin) > delta`` iff the margin predicts it (with a margin of
-    safety ``delta`` against the booster's own float rounding)."""
+    """Reach class ``klass`` of a classifier, or a regressor's margin in [``low``, ``high``]:
+    ``score(margin) > delta`` iff the margin gives it (with a margin of safety ``delta`` against the
+    booster's own float rounding)."""
 
     structure: TreeStructure
     klass: int
     threshold: float
     delta: float
+    low: float = -np.inf
+    high: float = np.inf
 
     def score(self, margin: NDArray[np.float64]) -> NDArray[np.float64]:
-        """Target score of margins (n, n_outputs), shape (n,); > 0 means the target class."""
+        """Target score of margins (n, n_outputs), shape (n,); > 0 means the target is reached."""
+        if self.structure.objective == "regression":
+            return np.minimum(margin[:, 0] - self.low, self.high - margin[:, 0])
         if self.structure.objective == "binary":
             sign = 1.0 if self.klass == 1 else -1.0
             return sign * (margin[:, 0] - self.threshold)
@@ -79,6 +84,9 @@ class Goal:
 
     def gain(self, change: NDArray[np.float64], margin: NDArray[np.float64]) -> NDArray[np.float64]:
         """First-order change of the score when margins (1, n_outputs) change by ``change`` (m, n_outputs)."""
+        if self.structure.objective == "regression":  # the side whose bound is the nearer (the one missed)
+            m = float(margin[0, 0])
+            return (1.0 if m - self.low <= self.high - m else -1.0) * change[:, 0]
         if self.structure.objective == "binary":
             return (1.0 if self.klass == 1 else -1.0) * change[:, 0]
         rival = int(np.argmax(np.where(np.arange(margin.shape[1]) == self.klass, -np.inf, margin[0])))

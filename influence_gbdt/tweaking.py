@@ -9,6 +9,9 @@ Given rows the model assigns to one class, find the cheapest change of their fea
     table = ft.tweak(X_rejected)        # one row per input row: tweaked features, cost, prediction
     ft.explain(X_rejected.iloc[[0]])    # the changed features of one row
 
+A regressor's rows are moved into a range of its own ``predict`` instead
+(``ft.tweak(X, desired_range=(300_000, None))``: at least 300,000).
+
 See :mod:`influence_gbdt._tweak_search` for the algorithm and :mod:`influence_gbdt._tweak_exact`
 for the exact search used to measure its optimality gap.
 """
@@ -28,9 +31,10 @@ from tqdm.auto import tqdm
 from ._settings import settings_repr
 from ._tweak_codec import Codec
 from ._tweak_exact import solve
+from ._tweak_goals import ClassTargets, Targets, targets_for
 from ._tweak_search import EXACT, ROW, SOURCES, Cost, Goal, Search, Solutions, changed_features
 from ._tweak_space import Constraints, Grid
-from .errors import InputError, UnsupportedModelError
+from .errors import InputError
 from .inputs import check_table, is_integer, is_number
 
 _METHODS = ("paths", "combine", "exact")
@@ -41,13 +45,16 @@ _PROGRESS_FROM = 20
 
 
 class FeatureTweaking:
-    """Cheapest feature changes that move a tree ensemble's prediction to a target class.
+    """Cheapest feature changes that move a tree ensemble's prediction to a target class, or a
+    regressor's prediction into a target range.
 
     Parameters
     ----------
     model : object
-        A trained XGBoost, LightGBM or CatBoost classifier (Booster or scikit-learn wrapper), binary
-        or multiclass. Stored as given.
+        A trained XGBoost, LightGBM or CatBoost model (Booster or scikit-learn wrapper): a classifier,
+        binary or multiclass, or a regressor with one output (any objective whose prediction is an
+        increasing function of the margin: squared error, L1, quantile, Poisson, Gamma, Tweedie,
+        ...). Stored as given.
     epsilon : float, default=0.05
         How far inside a split's region a tweaked value is placed, in units of the feature's scale
         (the paper's epsilon): larger values are more robust, smaller ones cheaper.
@@ -81,7 +88,8 @@ class FeatureTweaking:
     beam_width, pool, rounds : int, default=8, 64, 6
         Beam search size for "combine": boxes kept per round, single leaves tried against each, rounds.
     n_reference : int, default=3
-        Nearest target-class training rows offered as candidates (needs :meth:`fit` data).
+        Nearest training rows the booster already gives the target (class or range) offered as
+        candidates (needs :meth:`fit` data).
     time_limit : float, default=10.0
         Seconds per row and class for "exact".
     max_changes : int, optional
@@ -95,19 +103,25 @@ class FeatureTweaking:
     reader_ : ModelTrees
         The model's tree reader (structure in ``reader_.structure``).
     classes_ : ndarray
-        Class labels, in the model's order.
+        Class labels, in the model's order (classifiers only).
     feature_names_in_ : ndarray of str
     n_features_in_ : int
     scale_ : ndarray of shape (n_features,)
     reference_ : ndarray of shape (n_reference_rows, n_features) or None
-        Encoded reference rows; ``reference_class_`` is the class the booster gives each.
+        Encoded reference rows; ``reference_class_`` is the class index the booster gives each
+        (classifiers), ``reference_prediction_`` its prediction (regressors).
 
     Notes
     -----
     Every returned row is checked with the booster's own ``predict``; a row for which no candidate
     passes gets NaN. Missing values (NaN) of a row are never changed. With :meth:`fit` data, the cost
-    is never above that of the nearest reference row the booster assigns to the target class and
-    that satisfies the constraints (it is one of the candidates).
+    is never above that of the nearest reference row the booster assigns to the target class (or
+    range) and that satisfies the constraints (it is one of the candidates).
+
+    A regressor's target is a range of what its own ``predict`` returns (``exp`` of the margin for
+    Poisson, Gamma and Tweedie objectives, the sigmoid for ``reg:logistic`` and ``cross_entropy``,
+    ...): the search works on the margin range the objective's link gives, and each tweak is
+    checked with ``predict``.
     """
 
     def __init__(
@@ -197,8 +211,8 @@ class FeatureTweaking:
             per-feature scales (``scale="auto"``/"std"/"mad") and the target-class rows offered as
             candidates. Without it, tweaking still works (unit scales, no row fallback).
         y : ignored
-            Present for scikit-learn compatibility: reference rows are grouped by the class the
-            booster predicts for them, which is what a candidate must reproduce.
+            Present for scikit-learn compatibility: reference rows are grouped by what the booster
+            predicts for them, which is what a candidate must reproduce.
 
         Returns
         -------
@@ -207,7 +221,7 @@ class FeatureTweaking:
         Raises
         ------
         UnsupportedModelError
-            The model is not a classifier, or its trees cannot be read.
+            A regressor with several outputs, or a model whose trees cannot be read.
         InputError
             Invalid settings (the message names the parameter), or ``X`` without rows.
         """
@@ -218,26 +232,22 @@ class FeatureTweaking:
             X = check_table(X, "X")
         reader = trees_for(self.model)
         s = reader.structure
-        if s.objective == "regression":
-            raise UnsupportedModelError(
-                "Feature tweaking moves a prediction to a target class: pass a classifier (binary or "
-                "multiclass), not a regression model."
-            )
-        self.reader_ = reader
+        goals = targets_for(reader)
+        self.reader_, self._goals = reader, goals
         self._check_method()
-        self.classes_ = np.asarray(reader.classes)
+        for name in ("classes_", "reference_class_", "reference_prediction_"):  # a refit may change kind
+            self.__dict__.pop(name, None)
+        if isinstance(goals, ClassTargets):
+            self.classes_ = goals.classes
         self.n_features_in_ = s.n_inputs
         # Without reference data the input format is taken from each call of tweak.
         self._codec = Codec(reader, X) if X is not None else None
         codec = self._codec or Codec(reader, np.zeros((1, s.n_inputs)))
         self.feature_names_in_ = np.asarray(codec.columns, dtype=object)
         self.reference_ = None if X is None else codec.encode(X)[:, : s.n_inputs]
-        self.reference_class_ = None if X is None else reader.predict_index(X)
-        self._reference_by_class = (
-            []
-            if self.reference_ is None
-            else [self.reference_[self.reference_class_ == c] for c in range(len(self.classes_))]
-        )
+        self._reference_answer: NDArray[Any] | None = None if X is None else goals.answer(X)
+        name = "reference_class_" if isinstance(goals, ClassTargets) else "reference_prediction_"
+        setattr(self, name, self._reference_answer)
         extra = [np.asarray(list(codec.labels[f]), dtype=np.float64) for f in range(s.n_features)]
         self.grid_ = Grid(s, extra_codes=extra)
         self.scale_ = self._scales(self.reference_)
@@ -396,25 +406,6 @@ class FeatureTweaking:
         )
 
     # ------------------------------------------------------------------ tweak
-    def _targets(self, current: NDArray[np.int64], target: Any) -> list[list[int]]:
-        """Per row, the class indices to try."""
-        n, k = current.size, self.classes_.size
-        if target is None:
-            return [[c for c in range(k) if c != cur] for cur in current]
-        values = np.asarray(target, dtype=object).ravel()
-        if values.size == 1:
-            values = np.repeat(values, n)
-        if values.size != n:
-            raise InputError(f"target must be one label or one per row ({n}), got {values.size}.")
-        lookup = {(c.item() if hasattr(c, "item") else c): i for i, c in enumerate(self.classes_)}
-        out = []
-        for v in values:
-            key = v.item() if hasattr(v, "item") else v
-            if key not in lookup:
-                raise InputError(f"target {v!r} is not a class of the model ({list(self.classes_)}).")
-            out.append([lookup[key]])
-        return out
-
     def _delta(self) -> float:
         """Safety margin on the target score: the booster's own rounding of a margin (XGBoost sums
         float32, ~1e-7 relative per addition) must not undo a flip found on the exact sums."""
@@ -425,12 +416,13 @@ class FeatureTweaking:
         return (1e-6 if s.float32_inputs else 1e-12) * (1.0 + reach)
 
     def _search_row(
-        self, point: Any, goals: list[Goal], rows_for: Callable[[int], Any], search: Search, cost: Cost,
-        n_answers: int = 1,
+        self, point: Any, aims: list[tuple[Goal, Any]], rows_for: Callable[[Any], Any], search: Search,
+        cost: Cost, n_answers: int = 1,
     ) -> Solutions:
+        """Candidates for one row, cheapest first, over ``aims`` (each a goal and its target)."""
         found = Solutions.empty(point.x.size)
-        for goal in goals:
-            rows = rows_for(goal.klass)
+        for goal, target in aims:
+            rows = rows_for(target)
             if self.method == "exact":
                 result = solve(point, goal, cost, float(self.time_limit))
                 if result.values is not None:
@@ -442,16 +434,25 @@ class FeatureTweaking:
             found.add(part.values, part.cost, part.source)
         return found.best(search.keep + n_answers)
 
-    def tweak(self, X: Any, target: Any = None, *, n_answers: int = 1) -> pd.DataFrame:
-        """Cheapest tweak of every row of ``X`` towards ``target``.
+    def tweak(
+        self, X: Any, target: Any = None, *, desired_range: Any = None, n_answers: int = 1
+    ) -> pd.DataFrame:
+        """Cheapest tweak of every row of ``X`` towards ``target`` (a classifier) or into
+        ``desired_range`` (a regressor).
 
         Parameters
         ----------
         X : DataFrame or array-like of shape (n_rows, n_features)
             Rows in the model's input format.
         target : label, array-like of shape (n_rows,), or None
-            Class each row should reach. None: the other class (binary) or the cheapest other class
-            (multiclass). Rows already predicted as their target are returned unchanged (cost 0).
+            Classifiers: the class each row should reach. None: the other class (binary) or the
+            cheapest other class (multiclass). Rows already predicted as their target are returned
+            unchanged (cost 0).
+        desired_range : (low, high) or array-like of shape (n_rows, 2)
+            Regressors (required there): the range the booster's own ``predict`` of each tweaked
+            row must lie in, bounds included, on the scale ``predict`` returns (counts for
+            Poisson, not log counts); None (or NaN) leaves a side open: ``(300_000, None)`` is "at
+            least 300,000". Rows already in their range are returned unchanged (cost 0).
         n_answers : int, default=1
             Up to this many valid tweaks per row, cheapest first, each changing a different set of
             features (as DiCE's several counterfactuals); the index then has a second level,
@@ -462,15 +463,18 @@ class FeatureTweaking:
         DataFrame with n_rows rows, indexed like ``X`` (a DataFrame's own index, else 0..n_rows-1)
             The tweaked features (the input's columns and dtypes; all NaN where no tweak was found),
             then ``cost`` (NaN if none), ``prediction`` (the booster's own prediction of the tweaked
-            row), ``n_changed`` (features changed), ``source`` (which candidate won: "unchanged",
-            "path", "combined", "training_row", "exact" or "none") and ``reason`` (why a row has no
-            tweak; empty otherwise).
+            row: a class label, or a regressor's value), ``n_changed`` (features changed),
+            ``source`` (which candidate won: "unchanged", "path", "combined", "training_row",
+            "exact" or "none") and ``reason`` (why a row has no tweak; empty otherwise).
 
         Raises
         ------
         InputError
             ``X`` without rows or in another format than :meth:`fit`'s, an invalid setting or
-            constraint, or a ``cost`` callable that does not return one number per candidate row.
+            constraint, a target or range of the wrong kind, or a ``cost`` callable that does not
+            return one number per candidate row.
+        UnsupportedModelError
+            A regressor whose ``predict`` does not follow from its margin by its objective's link.
         """
         if not hasattr(self, "reader_"):
             self.fit()
@@ -495,31 +499,39 @@ class FeatureTweaking:
             int(self.rounds),
             keep=max(4, 2 * int(n_answers)),  # room for answers that change different features
         )
-        current = self.reader_.predict_index(X)
-        targets = self._targets(current, target)
-        threshold, delta = self.reader_.decision_threshold, self._delta()
+        goals = self._goals
+        current = goals.current(X)
+        targets = goals.per_row(current, target, desired_range)
+        delta = self._delta()
         decodable = self._decodable(codec)
         results: list[Solutions] = []
+        unreachable: NDArray[np.object_] = np.full(n, "", dtype=object)
         for i in tqdm(range(n), disable=not self.progress or n < _PROGRESS_FROM, unit="row",
                       desc="feature tweaking", leave=False):
-            if current[i] in targets[i]:
+            if goals.reached(current[i], targets[i]):
                 results.append(Solutions(Z[i : i + 1], np.zeros(1), np.zeros(1, dtype=np.int64)))
                 continue
             point = self.grid_.point(Z[i], con, float(self.epsilon), decodable)
-            goals = [Goal(s, c, threshold, delta) for c in targets[i]]
+            aims: list[tuple[Goal, Any]] = []
+            for t in targets[i]:
+                goal = goals.goal(t, delta)
+                if isinstance(goal, str):  # why the model never predicts in it
+                    unreachable[i] = goal
+                else:
+                    aims.append((goal, t))
             rows_for = self._rows_for(point.x, point.frozen, con, cost)
-            found = self._search_row(point, goals, rows_for, search, cost, int(n_answers))
+            found = self._search_row(point, aims, rows_for, search, cost, int(n_answers))
             if n_answers > 1 and found.cost.size:
                 # Other answers: the search again without each feature the cheapest one changes.
                 for f in np.flatnonzero(changed_features(found.values[0], Z[i]))[: int(n_answers)]:
                     fixed = replace(con, mutable=con.mutable & (np.arange(con.mutable.size) != f))
                     other = self.grid_.point(Z[i], fixed, float(self.epsilon), decodable)
-                    part = self._search_row(other, goals, self._rows_for(other.x, other.frozen, fixed, cost),
+                    part = self._search_row(other, aims, self._rows_for(other.x, other.frozen, fixed, cost),
                                             search, cost, 1)
                     found.add(part.values, part.cost, part.source)
                 found = found.best(search.keep + 2 * int(n_answers))
             results.append(found)
-        table, owner, answer = self._verify(codec, Z, results, targets, int(n_answers))
+        table, owner, answer = self._verify(codec, Z, results, targets, int(n_answers), unreachable)
         labels = index if index is not None else pd.RangeIndex(n)
         table.index = (labels[owner] if n_answers == 1
                        else pd.MultiIndex.from_arrays([labels[owner], answer], names=[labels.name, "answer"]))
@@ -535,14 +547,15 @@ class FeatureTweaking:
 
     def _rows_for(
         self, x: NDArray[np.float64], frozen: NDArray[np.bool_], con: Constraints, cost: Cost
-    ) -> Callable[[int], NDArray[np.float64] | None]:
-        """Nearest reference rows of a class that satisfy the constraints for row ``x``."""
+    ) -> Callable[[Any], NDArray[np.float64] | None]:
+        """Nearest reference rows that meet a target and satisfy the constraints for row ``x``."""
         k = int(self.n_reference)
 
-        def rows(klass: int) -> NDArray[np.float64] | None:
-            if self.reference_ is None or k <= 0:
+        def rows(target: Any) -> NDArray[np.float64] | None:
+            if self.reference_ is None or self._reference_answer is None or k <= 0:
                 return None
-            R = self._reference_by_class[klass]  # the input columns (n_rows, F)
+            # the input columns (n_rows, F) of the rows that meet the target
+            R = self.reference_[self._goals.meets(self._reference_answer, target)]
             F = R.shape[1]
             xi = x[:F]
             same = ~changed_features(R, xi)
@@ -561,15 +574,20 @@ class FeatureTweaking:
         return rows
 
     def _verify(
-        self, codec: Codec, Z: NDArray[np.float64], results: list[Solutions], targets: list[list[int]],
-        n_answers: int = 1,
+        self, codec: Codec, Z: NDArray[np.float64], results: list[Solutions], targets: list[list[Any]],
+        n_answers: int, unreachable: NDArray[np.object_],
     ) -> tuple[pd.DataFrame, NDArray[np.int64], NDArray[np.int64]]:
-        """Keep, per row, the ``n_answers`` cheapest candidates the booster itself assigns to a target
-        class, each changing another set of features; a row with none gets one line of NaN. Returns
-        the table and, per line, the input row it answers and the answer's number (0 = cheapest)."""
+        """Keep, per row, the ``n_answers`` cheapest candidates the booster itself gives a target
+        (class or range), each changing another set of features; a row with none gets one line of
+        NaN. ``unreachable``: per row, why a target cannot be reached at all ("" if it can).
+        Returns the table and, per line, the input row it answers and the answer's number (0 =
+        cheapest)."""
         n, F = Z.shape
+        goals: Targets = self._goals
+        aim = "target class" if isinstance(goals, ClassTargets) else "target range"
         reason: NDArray[np.object_] = np.full(n, "", dtype=object)
-        reason[[r.cost.size == 0 for r in results]] = "no candidate reaches the target class"
+        reason[[r.cost.size == 0 for r in results]] = f"no candidate reaches the {aim}"
+        reason[unreachable != ""] = unreachable[unreachable != ""]
         moved = [changed_features(r.values, Z[k]) for k, r in enumerate(results)]  # (candidates, F) per row
         if self.max_changes is not None:
             for k, r in enumerate(results):
@@ -592,16 +610,16 @@ class FeatureTweaking:
         while pending.any():
             rows = np.flatnonzero(pending)
             V = np.vstack([results[k].values[attempt[k]] for k in rows])
-            predicted = self.reader_.predict_index(codec.decode(V))
+            predicted = goals.answer(codec.decode(V))
             for k, p in zip(rows.tolist(), predicted, strict=True):
-                unchanged = results[k].source[attempt[k]] == 0  # already in its target class
-                if p in targets[k] or unchanged:
+                unchanged = results[k].source[attempt[k]] == 0  # already at its target
+                if goals.reached(p, targets[k]) or unchanged:
                     chosen[k].append(int(attempt[k]))
                 attempt[k] += 1
                 pending[k] = not unchanged and len(chosen[k]) < n_answers and next_untried(k)
         none_valid = np.array([r.cost.size > 0 and not c for r, c in zip(results, chosen, strict=True)])
         tried = none_valid & (reason == "")
-        reason[tried] = "no candidate is assigned the target class by the booster's predict"
+        reason[tried] = f"no candidate is given the {aim} by the booster's predict"
         lines = [(k, a, answer) for k in range(n) for answer, a in enumerate(chosen[k] or [-1])]
         owner = np.array([k for k, _, _ in lines], dtype=np.int64)
         m = len(lines)
@@ -615,9 +633,9 @@ class FeatureTweaking:
                 source[line] = SOURCES[results[k].source[a]]
         found = np.array([a >= 0 for _, a, _ in lines], dtype=bool)
         table = codec.frame(out)
-        prediction = np.full(m, np.nan, dtype=object)
+        prediction = np.full(m, np.nan, dtype=object if isinstance(goals, ClassTargets) else np.float64)
         if found.any():
-            prediction[found] = self.classes_[self.reader_.predict_index(codec.decode(out[found]))]
+            prediction[found] = goals.shown(goals.answer(codec.decode(out[found])))
         changed = changed_features(out, Z[owner])
         table["cost"] = cost
         table["prediction"] = prediction
@@ -627,22 +645,24 @@ class FeatureTweaking:
         table["reason"] = reason[owner]
         return table, owner, np.array([answer for _, _, answer in lines])
 
-    def explain(self, x: Any, target: Any = None) -> pd.DataFrame:
+    def explain(self, x: Any, target: Any = None, *, desired_range: Any = None) -> pd.DataFrame:
         """The changed features of one row's cheapest tweak.
 
         Parameters
         ----------
         x : DataFrame with one row, or array-like of shape (n_features,) or (1, n_features)
         target : label or None
-            As in :meth:`tweak`.
+            As in :meth:`tweak` (classifiers).
+        desired_range : (low, high)
+            As in :meth:`tweak` (regressors).
 
         Returns
         -------
         DataFrame
             One row per changed feature, most costly first: ``feature``, ``from``, ``to``,
             ``change`` (to - from for numerical features, NaN for categorical ones) and ``cost``
-            (its scaled distance). Empty when the row already has the target class or no tweak
-            was found (see :meth:`tweak`'s ``source``).
+            (its scaled distance). Empty when the row already has its target or no tweak was
+            found (see :meth:`tweak`'s ``source``).
         """
         if not hasattr(self, "reader_"):
             self.fit()
@@ -651,7 +671,7 @@ class FeatureTweaking:
             x = x.reshape(1, -1)
         if (x.shape[0] if hasattr(x, "shape") else len(x)) != 1:
             raise InputError("explain takes exactly one row; use tweak for several.")
-        table = self.tweak(x, target)
+        table = self.tweak(x, target, desired_range=desired_range)
         columns = ["feature", "from", "to", "change", "cost"]
         if table["source"].iloc[0] in ("none", "unchanged"):
             return pd.DataFrame(columns=columns)
