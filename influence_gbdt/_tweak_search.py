@@ -12,7 +12,9 @@ condition of the path. With additive boosting no single tree "votes", so the ada
    search intersects the boxes of several leaves: each round intersects the ``beam_width`` most
    promising unfinished boxes (score gained per unit of cost) with the ``pool`` most promising single
    leaves, keeping only boxes cheaper than the best solution so far (a box intersection never
-   costs less, so this prunes exactly).
+   costs less, so this prunes exactly). When neither a path nor this search reaches the target, it
+   runs once more with a beam and pool ``widen`` (4) times wider: targets that need many leaves
+   (a regressor's range far from its prediction, tight constraints) are then found more often.
 3. **training rows**: the nearest rows of the reference data the booster assigns to the target class
    (and that satisfy the constraints) are candidates as they are.
 4. **polish**: each of the best solutions is improved coordinate-wise: every changed feature is tried
@@ -196,10 +198,11 @@ class Search:
         keep: int = 4,
         kicks: int = 2,
         kick_width: int = 4,
+        widen: int = 4,
     ) -> None:
         self.grid, self.cost, self.method = grid, cost, method
         self.beam_width, self.pool, self.rounds, self.keep = beam_width, pool, rounds, keep
-        self.kicks, self.kick_width = kicks, kick_width
+        self.kicks, self.kick_width, self.widen = kicks, kick_width, widen
         s = grid.structure
         self.leaf_values = s.value[grid.leaves]
         self.uses = tree_uses(s)
@@ -290,7 +293,10 @@ class Search:
         if self.method == "paths":
             return found.best(self.keep)
         if (~hit).any():
-            self._combine(point, goal, base, found, helpful[~hit], cost[~hit], score[~hit], x_score)
+            args = (point, goal, base, found, helpful[~hit], cost[~hit], score[~hit], x_score)
+            self._combine(*args)
+            if found.cost.size == 0:  # nothing reached it: once more, wider (targets that need many leaves)
+                self._combine(*args, widen=self.widen)
         if rows is not None and rows.shape[0]:
             found.add(rows, self.cost(point.x, rows), ROW)
         return self._polish(point, goal, base, found.best(self.keep))
@@ -305,12 +311,15 @@ class Search:
         cost: NDArray[np.float64],
         score: NDArray[np.float64],
         x_score: float,
+        widen: int = 1,
     ) -> None:
-        """Beam search over intersections of leaf boxes (see the module docstring)."""
+        """Beam search over intersections of leaf boxes (see the module docstring); ``widen``
+        multiplies the beam width and the pool."""
         lo_all, hi_all, allowed_all = self.grid.boxes
+        beam_width = self.beam_width * widen
         rate = (score - x_score) / np.maximum(cost, 1e-12)
-        pool = leaves[np.argsort(-rate)[: self.pool]]
-        order = np.argsort(-rate)[: self.beam_width]
+        pool = leaves[np.argsort(-rate)[: self.pool * widen]]
+        order = np.argsort(-rate)[:beam_width]
         lo, hi, allowed = lo_all[leaves[order]], hi_all[leaves[order]], allowed_all[leaves[order]]
         for _ in range(self.rounds):
             best = found.cost.min(initial=np.inf)
@@ -349,7 +358,7 @@ class Search:
             # score gained per unit of cost ranks better than cost plus an optimistic cost-to-go
             # (deficit / best single-box rate): measured mean gap 0.1% vs 3.4% on Adult, XGBoost
             rate = (score[rest] - x_score) / np.maximum(c[rest], 1e-12)
-            rank = rest[np.argsort(-rate)][: self.beam_width]
+            rank = rest[np.argsort(-rate)][:beam_width]
             lo, hi, allowed = new_lo[rank], new_hi[rank], new_allowed[rank]
 
     def _polish(self, point: Point, goal: Goal, base: Base, found: Solutions) -> Solutions:
