@@ -94,10 +94,14 @@ def load_model(path: str | Path) -> Any:
                      lambda: lightgbm.Booster(model_file=str(path)))
     if suffix in (".cbm", ".cbm-json"):
         catboost = require("catboost", "catboost", "Reading a CatBoost model file")
-        model = catboost.CatBoost()
         fmt = "json" if suffix == ".cbm-json" else "cbm"
-        return _load(path, "CatBoost", catboost.CatBoostError,
-                     lambda: model.load_model(str(path), format=fmt))
+        model = _load(path, "CatBoost", catboost.CatBoostError,
+                      lambda: catboost.CatBoost().load_model(str(path), format=fmt))
+        if str(model.get_all_params().get("loss_function", "")).startswith(("Poisson", "Tweedie")):
+            # predicted as the CatBoostRegressor that wrote it predicts (exp of the margin, the
+            # counts), as XGBoost's and LightGBM's files are; the generic class gives the margin
+            return catboost.CatBoostRegressor().load_model(str(path), format=fmt)
+        return model
     raise InputError(
         f"Cannot tell which booster wrote {path.name}: use XGBoost .json/.ubj, LightGBM .txt or "
         "CatBoost .cbm/.json."

@@ -19,7 +19,7 @@ def add_parser(subparsers: Any) -> None:
     """Add ``tweak`` to the CLI's subparsers."""
     p = subparsers.add_parser(
         "tweak",
-        help="cheapest feature changes that move each row's prediction to a target class",
+        help="cheapest feature changes that move each row's prediction to a target class or range",
         description="Actionable feature tweaking (Tolomei et al., 2017) of the rows of --data.",
     )
     p.add_argument("model", help="model file: XGBoost .json/.ubj, LightGBM .txt, CatBoost .cbm/.json")
@@ -27,7 +27,12 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--train", help="training data (CSV or Parquet): feature scales and nearest-row fallback")
     p.add_argument("--label", help="label column to drop from --data and --train, if present")
-    p.add_argument("--target", help="class to reach (default: the other class / cheapest other class)")
+    p.add_argument("--target",
+                   help="classifiers: class to reach (default: the other class / cheapest other class)")
+    p.add_argument("--range", nargs=2, metavar=("LOW", "HIGH"), dest="desired_range",
+                   help="regressors (required there): the range the model's prediction must reach, bounds "
+                        "included, on the scale its predict returns; 'none' leaves a side open "
+                        "(--range 300000 none: at least 300000)")
     p.add_argument("--cost", choices=["l2", "l1", "l0"], default="l2",
                    help="distance to minimise, in feature scales: l2 (default), l1, or l0 (fewest changed "
                         "features, then l2)")
@@ -82,6 +87,22 @@ def _target(value: str | None, classes: np.ndarray) -> Any:
     raise InputError(f"--target {value!r} is not a class of the model ({[str(c) for c in classes]}).")
 
 
+def _range(values: list[str] | None) -> tuple[float | None, float | None] | None:
+    """``--range LOW HIGH`` as numbers, 'none' (or 'inf' / '-inf') for an open side."""
+    if values is None:
+        return None
+    out: list[float | None] = []
+    for text in values:
+        if text.strip().lower() in ("none", "null", ""):
+            out.append(None)
+            continue
+        try:
+            out.append(float(text))
+        except ValueError:
+            raise InputError(f"--range takes two numbers or 'none', got {text!r}.") from None
+    return out[0], out[1]
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``tweak``; returns the exit code."""
     from .adapters.trees import trees_for
@@ -111,11 +132,14 @@ def run(args: argparse.Namespace) -> int:
         max_changes=args.max_changes,
         progress=not args.quiet,
     ).fit(train)
-    table = ft.tweak(data, target=_target(args.target, ft.classes_))
+    classifier = hasattr(ft, "classes_")
+    target = _target(args.target, ft.classes_) if classifier else args.target
+    table = ft.tweak(data, target=target, desired_range=_range(args.desired_range))
     found = table["cost"].notna()
     print(
         f"Tweaked {int(found.sum())} of {len(table)} rows ({int((table['source'] == 'unchanged').sum())} "
-        f"already in the target class); mean cost {table.loc[found, 'cost'].mean():.4g}."
+        f"already in the target {'class' if classifier else 'range'}); mean cost "
+        f"{table.loc[found, 'cost'].mean():.4g}."
     )
     shown = 0
     for i in np.flatnonzero(found.to_numpy() & (table["source"] != "unchanged").to_numpy()).tolist():

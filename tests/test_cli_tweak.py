@@ -124,3 +124,39 @@ def test_tweak_a_catboost_model_file_with_ctrs(tmp_path: Path, capsys: Any) -> N
     found = table["cost"].notna()
     assert found.mean() >= 0.9
     assert (model.predict(table.loc[found, list(X.columns)]) == 1).all()
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_tweak_a_poisson_regressor_file_into_a_range_of_counts(
+    library: str, tmp_path: Path, capsys: Any
+) -> None:
+    """``--range`` is on the scale the regressor that wrote the file predicts: counts for Poisson
+    (exp of the margin), for each library's file (CatBoost's read as the CatBoostRegressor it was)."""
+    import catboost as cb
+    import lightgbm as lgb
+    import xgboost as xgb
+
+    X, _, X_test, _ = binary_data(n=300, n_test=20)
+    y = np.random.default_rng(1).poisson(np.exp(0.7 * X["a"].to_numpy() + 0.3))
+    model = {"xgboost": xgb.XGBRegressor(objective="count:poisson", n_estimators=30),
+             "lightgbm": lgb.LGBMRegressor(objective="poisson", n_estimators=30, verbose=-1),
+             "catboost": cb.CatBoostRegressor(loss_function="Poisson", iterations=30, verbose=0,
+                                              allow_writing_files=False)}[library].fit(X, y)
+    path, _ = save_model(library, model, tmp_path)
+    X_test.to_csv(tmp_path / "data.csv", index=False)
+    out = tmp_path / "tweaked.csv"
+    low = float(np.quantile(model.predict(X), 0.8))
+    args = ["tweak", path, "--data", str(tmp_path / "data.csv"), "--range", str(low), "none", "--quiet",
+            "-o", str(out)]
+    assert main(args) == 0
+    assert "already in the target range" in capsys.readouterr().out
+    table = pd.read_csv(out)
+    found = table["cost"].notna()
+    assert found.mean() >= 0.9
+    counts = model.predict(table.loc[found, ["a", "b", "c", "d"]])  # the Python model, not the file
+    assert (counts >= low).all()
+    np.testing.assert_allclose(table.loc[found, "prediction"], counts, rtol=1e-6)  # CSV keeps 17 digits
+    assert main(["tweak", path, "--data", str(tmp_path / "data.csv"), "--range", "many", "none"]) == 2
+    assert "--range takes two numbers" in capsys.readouterr().err
+    assert main(["tweak", path, "--data", str(tmp_path / "data.csv")]) == 2
+    assert "desired_range" in capsys.readouterr().err
