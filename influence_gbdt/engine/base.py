@@ -105,6 +105,23 @@ class BaseMargin:
             return -np.eye(e.n_outputs)
         return e.loss.mean_link_jacobian(r, e.base_link)
 
+    def estimate(self) -> NDArray[np.float64]:
+        """The base margin the rule gives on exactly this ensemble's rows, shape (K,) (the stored
+        one where the base is fixed): where retraining on these rows would start. Rounded to
+        float32 where the booster's estimate is (as :meth:`shift_without`)."""
+        e = self.ensemble
+        if not self.refits:
+            return e.base_margin.copy()
+        if e.base_rule == "quantile":
+            method, values, w, alpha, weighted, delta = self._quantile_args()
+            # quantile_without deletes one row in turn: an extra row, deleted, leaves exactly these
+            extra = np.array([values.size], dtype=np.int64)
+            q = quantile_without(method, np.append(values, 0.0), np.append(w, 0.0), alpha, weighted, delta,
+                                 extra)
+            return _rounded(q, e.float32_base)
+        r = self._P.sum(0) / self._Q.sum(0)
+        return self._map(_rounded(r[None, :], e.float32_base))[0]
+
     def shift_without(self, idx: NDArray[np.int64]) -> NDArray[np.float64]:
         """New minus stored base margin with each row of ``idx`` deleted, shape (B, K).
 

@@ -26,6 +26,7 @@ Methods (Sharchilev et al., 2018):
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -36,7 +37,7 @@ import numba
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..ensemble import TreeEnsemble
+from ..ensemble import TreeEnsemble, check_weight_sum
 from ..errors import InputError, ReproductionError
 from . import passes, reverse1, reverse_multi, team
 from .base import BaseMargin, products
@@ -142,12 +143,7 @@ class InfluenceEngine:
                                   cache_slots=derivative_cache_slots(e, cache_bytes),
                                   sort_rows=bool(e.renewed.any()), threads=self.n_threads)
         self._A0 = np.ascontiguousarray(e.init_offset + e.base_margin[None, :])
-        margin = self._A0.copy()
-        n_team = passes.replay_team(self._state, self.n_threads)
-        work = passes.replay_work(self._state, n_team)
-        scratch = passes.replay_scratch(self._state, n_team)
-        team.run(passes.replay, n_team, *self._state, margin, work, scratch, bar=work.bar)
-        self._margin = margin
+        self._margin = margin = _replay(self._state, self._A0, self.n_threads)
         self.n_steps: NDArray[np.int64] = self._state.trees.n_steps
         self.step_scales: NDArray[np.float64] = self._state.trees.scales
         self.train_margin: NDArray[np.float64] = margin[:, 0] if e.n_outputs == 1 else margin
@@ -327,6 +323,60 @@ class InfluenceEngine:
             return self.refit_scores(new_values, shift, leaves, f_test, y, column)
 
         return self._chunked(batch, idx, chunk_size, aggregate, progress)
+
+    def group_refit(
+        self,
+        test: TestPoints, without: TreeEnsemble, refit_base: bool = True,
+        on: Objective = "loss", aggregate: Aggregate = None, output: int | None = None,
+    ) -> NDArray[np.float64]:
+        """LeafRefit of a group of training rows deleted together: ``L(F(x_j)) - L(F_without(x_j))``
+        (``on="prediction"``: ``F(x_j) - F_without(x_j)``), every tree's structure kept and its leaf
+        values recomputed on the rows that remain, tree by tree at their new margins (as
+        ``update_set="all_points"``).
+
+        Parameters
+        ----------
+        test : TestPoints
+        without : TreeEnsemble
+            This ensemble described on the remaining rows (the same trees, read by the same adapter,
+            so that the row count and the class factors follow the data as retraining would). Only
+            its rows are read: the stored leaf values and base margin are this ensemble's (an
+            adapter may derive them from the rows it is given: LightGBM's boost-from-average score,
+            folded into its first tree, is unfolded with the labels' mean). Its leaf values are
+            replayed from its rows, starting from the base margin re-estimated on them
+            (``refit_base``, where the booster estimates one) or the stored one.
+        refit_base, on, aggregate, output
+            As in :meth:`leaf_refit`.
+
+        Returns
+        -------
+        ndarray of shape (m,), or (1,) when aggregated. > 0 = the group is harmful.
+        """
+        check_aggregate(aggregate)
+        e = self.ensemble
+        if without.n_outputs != e.n_outputs or not np.array_equal(without.n_leaves, e.n_leaves):
+            raise InputError("The ensemble without the group must have the same trees as this one.")
+        leaves, offset, y = self._test_arrays(test, need_y=on == "loss")
+        column = self._output(on, output)
+        without = dataclasses.replace(without, leaf_values=e.leaf_values, base_margin=e.base_margin)
+        base = BaseMargin(without).estimate() if refit_base else e.base_margin
+        check_weight_sum(float(without.sample_weight.sum()))
+        # The replay as in fit, except that the margins move by the values it recomputes (the
+        # refitted model's) instead of the stored ones: ``stored`` is a read-only view of
+        # ``values``, which starts as the stored values (a backtracking near-tie, which the fit's
+        # replay settles by the stored values, then goes the model's way).
+        st = build_state(without, group_sums=False, sort_rows=bool(without.renewed.any()), threads=self.n_threads)
+        values = without.leaf_values.copy()
+        moving = values.view()
+        moving.setflags(write=False)
+        st = st._replace(sums=st.sums._replace(values=values, stored=moving))
+        _replay(st, np.ascontiguousarray(without.init_offset + base[None, :]), self.n_threads)
+        shift = (base - e.base_margin)[None, :]
+        f_test = self._margins(leaves, offset)
+        scores = self.refit_scores(values[None, :], shift, leaves, f_test, y, column)[0]
+        if aggregate is None:
+            return scores
+        return np.array([scores.mean() if aggregate == "mean" else scores.sum()])
 
     def refit_scores(
         self, new_values: NDArray[np.float64], shift: NDArray[np.float64], leaves: NDArray[np.int64],
@@ -773,6 +823,17 @@ class InfluenceEngine:
         if not refit_base:
             return np.zeros((self.ensemble.n_rows, self.ensemble.n_outputs))
         return self._base.derivative()
+
+
+def _replay(st: State, A0: NDArray[np.float64], n_threads: int) -> NDArray[np.float64]:
+    """Run :func:`.passes.replay` on ``st`` from the initial margins ``A0`` (n, K) on up to
+    ``n_threads`` threads; the final margins (n, K). The leaf values land in ``st.sums.values``."""
+    margin = A0.copy()
+    n_team = passes.replay_team(st, n_threads)
+    work = passes.replay_work(st, n_team)
+    scratch = passes.replay_scratch(st, n_team)
+    team.run(passes.replay, n_team, *st, margin, work, scratch, bar=work.bar)
+    return margin
 
 
 def check_aggregate(aggregate: Aggregate) -> None:

@@ -216,6 +216,16 @@ def test_refit_and_influence_match_numpy_loop(data, loss, kw, weights):
         bump[i] = eps * factor[i]  # d/d(user weight), in float64 (no float32 rounding of 1 +- eps)
         fd = (margins(user, bump=bump) - margins(user, bump=-bump)) / (2 * eps)
         np.testing.assert_allclose(infl[k], fd, rtol=1e-5, atol=1e-9 * max(1.0, np.abs(fd).max()))
+    # 40 rows deleted together: the replay on the rows that remain, against the loop without them
+    group = np.random.default_rng(4).choice(N, 40, replace=False)
+    keep = ~np.isin(np.arange(N), group)
+    without = adapter.describe(X[keep], y[keep], None if sw is None else sw[keep])
+    together = eng.group_refit(test, without, on="prediction")
+    v = user.copy()
+    v[group] = 0.0
+    truth = base - margins(v, n_rows=N - group.size)
+    assert np.abs(truth).max() > 1e-3
+    np.testing.assert_allclose(together, truth, rtol=0, atol=1e-10)
 
 
 # ----------------------------------------------------------------------------------------------

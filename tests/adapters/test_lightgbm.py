@@ -1,7 +1,8 @@
 """LightGBM adapter against real LightGBM models.
 
 Ground truth is LightGBM itself: stored leaf values (self-check), ``raw_score`` predictions, and
-``Booster.refit(decay_rate=0.0)`` on the data without a row (fixed-structure refit). LightGBM rounds
+``Booster.refit(decay_rate=0.0)`` on the data without a row, or without a group of rows
+(fixed-structure refit). LightGBM rounds
 per-row weighted gradients and hessians to float32; the adapter mirrors that (float32_gradients),
 so leaf values agree to double precision (measured <= 6e-16 relative, 2e-8 to 8e-8 without the
 rounding) and refit differences to ~1e-13 relative (measured 2e-14 to 8e-14; 2e-7 to 8e-7 without).
@@ -332,6 +333,15 @@ def test_leaf_refit_matches_lightgbm_refit(data, objective, weighted, bfa):
     assert np.abs(truth).max() > 1e-3
     # Measured 2e-14 to 8e-14 relative (2e-7 to 8e-7 before float32 gradients were mirrored).
     assert np.abs(ours - truth).max() < 1e-9 * np.abs(truth).max()
+
+    # 60 rows deleted together: the replay on the rows that remain, against LightGBM's refit on them
+    keep = ~np.isin(np.arange(N), np.random.default_rng(3).choice(N, 60, replace=False))
+    without = adapter.describe(X[keep], y[keep], None if w is None else w[keep])
+    together = engine.group_refit(points_of(adapter, Xt), without, refit_base=bfa, on="prediction")
+    truth = full - refit_margin(booster, X[keep], y[keep], None if w is None else w[keep], Xt, objective,
+                                init_full)
+    assert np.abs(truth).max() > 1e-2
+    assert np.abs(together - truth).max() < 1e-9 * np.abs(truth).max()
 
 
 @pytest.mark.parametrize(

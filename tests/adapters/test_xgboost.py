@@ -10,7 +10,8 @@ margins carry ~1e-7 * max|margin| rounding each (measured: 2e-7..7e-7 on margins
 * Self-check: the adapter's (relative residual <= ``rtol`` = 1e-6, else every leaf within 2 of its
   float32 rounding bounds); measured here 5e-8..1e-6 relative (alpha's |G| - alpha cancellation is
   the largest).
-* Refit vs refresh: |engine - XGBoost| <= 1e-5 * max|margin| (about 20x the measured float32 noise),
+* Refit vs refresh (one row deleted, and a group of 40 deleted together):
+  |engine - XGBoost| <= 1e-5 * max|margin| (about 20x the measured float32 noise),
   while the score itself is 100x larger than that tolerance for most rows (so it is really tested).
 * Finite differences of refresh with user weight 1 +- eps, eps = 0.05: central differences err
   O(eps^2) relative (~3e-3 here, the weight response is smooth) plus float32 noise 2 * 1e-6 / (2 eps)
@@ -104,6 +105,15 @@ def test_reproduces_and_matches_refresh(data, target, extra, weighted, with_bm):
         ref = _refresh(bst, params, X[keep], y[keep], user_w[keep], None if bm is None else bm[keep], Xt, bmt)
         np.testing.assert_allclose(refit[r], f_xgb - ref, rtol=0, atol=1e-5 * scale)
     assert np.median(np.abs(refit).max(axis=1)) > 100 * 1e-5 * scale  # the scores are not noise
+
+    group = np.random.default_rng(2).choice(N, 40, replace=False)  # deleted together
+    keep = ~np.isin(np.arange(N), group)
+    bm_kept = None if bm is None else bm[keep]
+    without = adapter.describe(X[keep], y[keep], None if w is None else w[keep], bm_kept)
+    ref = _refresh(bst, params, X[keep], y[keep], user_w[keep], bm_kept, Xt, bmt)
+    together = engine.group_refit(test, without, refit_base=False, on="prediction")
+    np.testing.assert_allclose(together, f_xgb - ref, rtol=0, atol=1e-5 * scale)
+    assert np.abs(together).max() > 100 * 1e-5 * scale
 
     eps = 0.05
     infl = engine.leaf_influence(test, rows=rows[:3], refit_base=False, on="prediction")
