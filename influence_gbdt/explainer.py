@@ -279,8 +279,9 @@ class BoostingInfluence:
         adapter.check_features(X_model)
         fit_bytes = self._check_fit_memory(adapter, X_model, n)
         # The derivative cache (speeds up reverse mode) takes what max_memory leaves after fit.
+        y_model = _apply(inside.labels, labels)
         try:
-            engine = adapter.prepare(X_model, _apply(inside.labels, labels), weights, offsets,
+            engine = adapter.prepare(X_model, y_model, weights, offsets,
                                      cache_bytes=min(DEFAULT_CACHE_BYTES, self.max_memory - fit_bytes),
                                      n_threads=self.n_threads)
         except ReproductionError as e:
@@ -296,6 +297,7 @@ class BoostingInfluence:
         self.reproduction_residual_ = engine.relative_residual
         self._X_train = X
         self._y_train = labels
+        self._fit_data = (X_model, y_model, weights, offsets)  # as the adapter read them (score_group)
         self._inside = inside
         self._fit_model = self.model
         self._fit_params = dict(self.params or {})
@@ -388,6 +390,79 @@ class BoostingInfluence:
                 chunk_size=chunk, progress=_Progress(bar, total, unit, self._speedup_advice()),
             )
         return tidy_scores(self._in_unit(scores, engine, rows), self._train_index(), rows, X)
+
+    def score_group(
+        self,
+        X: Any,
+        y: ArrayLike | None = None,
+        *,
+        training_points: ArrayLike,
+        aggregate: Literal["mean", "sum"] | None = None,
+        on: Literal["loss", "prediction"] = "loss",
+        output: Any = None,
+        init_score: ArrayLike | None = None,
+    ) -> Any:
+        """Score the training rows ``training_points`` *together*: the effect on the test points of
+        deleting all of them at once, every tree's structure kept (LeafRefit of the group).
+
+        Every tree's leaf values are recomputed on the rows that remain, tree by tree at their new
+        margins, as the boosters' own fixed-structure refits do (XGBoost's ``refresh`` updater,
+        LightGBM's ``Booster.refit(decay_rate=0)``), with the class weights the booster derives
+        from the data and, with ``base_score="refit"``, the base margin re-estimated on them. So it
+        answers "what if I drop these rows" where summing the rows' own scores is only a first-order
+        estimate. Whatever ``method`` and ``update_set`` are, every row's prediction change is
+        propagated (``update_set="all_points"``). One call costs about one :meth:`fit`.
+
+        Parameters
+        ----------
+        X, y, on, output, init_score
+            As in :meth:`score_training_points`.
+        training_points : array-like of int or bool mask of shape (n_train,)
+            The rows deleted together (positions in the training set; repeats count once).
+        aggregate : {None, "mean", "sum"}
+            Score the mean or sum of the test losses instead of each test point.
+
+        Returns
+        -------
+        ndarray of shape (n_test,), or a float when aggregated.
+            ``L(F(x)) - L(F_without_group(x))`` (``on="loss"``: > 0 = the group is harmful) or
+            ``F(x) - F_without_group(x)`` (``on="prediction"``: > 0 = the group raises the margin).
+            When ``fit`` was given a DataFrame: a Series named ``score``, indexed by the test
+            points' index (0 .. n_test-1 when ``X`` is not pandas).
+
+        Raises
+        ------
+        InputError
+            Bad settings or inputs, a group holding every training row, or an explainer fitted on
+            Dask collections.
+        """
+        engine = self._fitted_engine()
+        self._check_settings()
+        check_choice("on", on, ("loss", "prediction"))
+        check_choice("aggregate", aggregate, _AGGREGATES)
+        column = self._output_index(on, output)
+        if isinstance(engine, distributed.DistributedEngine):
+            raise InputError("score_group needs the training rows in this process: fit on a pandas or NumPy "
+                             "training set (a Dask explainer scores rows one at a time).")
+        test = self._test_points(X, y, on, init_score)
+        keep = np.ones(self.n_train_, dtype=bool)
+        keep[engine.resolve_rows(training_points)] = False
+        if not keep.any():
+            raise InputError("training_points holds every training row: at least one must remain.")
+        X_model, y_model, weights, offsets = self._fit_data
+        without = self.adapter_.describe(
+            take_rows(X_model, np.flatnonzero(keep)), np.asarray(y_model)[keep],
+            None if weights is None else np.asarray(weights)[keep],
+            None if offsets is None else np.asarray(offsets)[keep],
+        )
+        scores = engine.group_refit(test, without, refit_base=self.base_score == "refit", on=on,
+                                    aggregate=aggregate, output=column)
+        if aggregate is not None:
+            return float(scores[0])
+        if self._train_index() is None:
+            return scores
+        labels = row_labels(X)
+        return pd.Series(scores, index=pd.RangeIndex(scores.size) if labels is None else labels, name="score")
 
     def top_training_points(
         self,
@@ -615,7 +690,7 @@ class BoostingInfluence:
 
     def _forget_fit(self) -> None:
         for name in ("adapter_", "engine_", "n_features_in_", "feature_names_in_", "n_train_",
-                     "reproduction_residual_", "_X_train", "_y_train", "_inside", "_fit_model",
+                     "reproduction_residual_", "_X_train", "_y_train", "_fit_data", "_inside", "_fit_model",
                      "_fit_params"):
             self.__dict__.pop(name, None)
 

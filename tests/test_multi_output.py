@@ -340,3 +340,13 @@ def test_multiclass_leaf_refit_on_a_team_matches_xgboost_refresh() -> None:
     tol = 1e-5 * np.abs(margins).max()
     assert np.abs(truth).max() > 10 * tol  # the deletions move the margins: a real comparison
     np.testing.assert_allclose(ours, np.array(truth), rtol=0, atol=tol)
+    # the three rows and 97 more deleted together (score_group), against refresh without them all
+    group = np.r_[rows, np.random.default_rng(6).choice(np.arange(3, CHUNK_ROWS), 97, replace=False)]
+    keep = ~np.isin(np.arange(n), group)
+    new = xgb.train({**params, **refresh}, xgb.DMatrix(X_train[keep], y_train[keep]), rounds,
+                    xgb_model=booster)
+    truth = margins - new.predict(xgb.DMatrix(X_test), output_margin=True).astype(np.float64)
+    together = np.stack([ex.score_group(X_test, training_points=group, on="prediction", output=c)
+                         for c in range(3)], axis=-1)
+    assert np.abs(truth).max() > 100 * tol
+    np.testing.assert_allclose(together, truth, rtol=0, atol=tol)
