@@ -365,7 +365,8 @@ class InfluenceEngine:
         # refitted model's) instead of the stored ones: ``stored`` is a read-only view of
         # ``values``, which starts as the stored values (a backtracking near-tie, which the fit's
         # replay settles by the stored values, then goes the model's way).
-        st = build_state(without, group_sums=False, sort_rows=bool(without.renewed.any()), threads=self.n_threads)
+        st = build_state(without, group_sums=False, sort_rows=bool(without.renewed.any()),
+                         threads=self.n_threads)
         values = without.leaf_values.copy()
         moving = values.view()
         moving.setflags(write=False)
