@@ -136,3 +136,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if "seen" in _CHECK and _signatures() - _CHECK["seen"] and exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture
+def no_compile_notice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep out of stderr the one-line notice that kernels are being compiled, for tests that read
+    stderr line for line: it appears when such a test is the first to need a kernel not yet cached
+    (CI warms every kernel before the tests; a local run may not have)."""
+    monkeypatch.setenv("INFLUENCE_GBDT_QUIET", "1")

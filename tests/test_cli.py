@@ -11,6 +11,8 @@ from boosters import LIBRARIES, binary_data, classifier, save_model
 
 from influence_gbdt.cli import main
 
+pytestmark = pytest.mark.usefixtures("no_compile_notice")  # stderr is read line for line
+
 
 @pytest.fixture(scope="module", params=LIBRARIES)
 def files(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple:

@@ -13,7 +13,8 @@ from influence_gbdt.adapters import trees_for
 
 from influence_gbdt.cli import load_model, main
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),
+              pytest.mark.usefixtures("no_compile_notice")]  # stderr is read line for line
 
 
 @pytest.fixture(scope="module", params=LIBRARIES)
