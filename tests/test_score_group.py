@@ -169,3 +169,23 @@ def test_a_group_of_one_row_is_its_leaf_refit_for_every_leaf_rule(case: int, fra
         alone = ex.score_group(X_test, training_points=[row], on="prediction", output=output)
         assert np.abs(np.asarray(one)).max() > 0
         _close(ex, X_test, alone, one.iloc[0], library)
+
+
+def test_the_same_scores_on_any_number_of_threads() -> None:
+    """The replay of the remaining rows splits them over the threads in chunks (three chunks
+    here) and sums in a fixed order: one thread and three give the same bits."""
+    import lightgbm as lgb
+
+    from influence_gbdt.engine.team import CHUNK_ROWS
+
+    rng = np.random.default_rng(3)
+    n = 3 * CHUNK_ROWS + 5
+    X = rng.normal(size=(n + 20, 4))
+    y = (X[:, 0] + rng.normal(size=n + 20) > 0).astype(int)
+    model = lgb.LGBMClassifier(n_estimators=20, verbose=-1).fit(X[:n], y[:n])
+    ex = BoostingInfluence(model, progress=False, n_threads=1).fit(X[:n], y[:n])
+    group = np.arange(0, n, 7)
+    one = ex.score_group(X[n:], y[n:], training_points=group)
+    three = ex.set_params(n_threads=3).score_group(X[n:], y[n:], training_points=group)
+    assert np.abs(one).max() > 0
+    np.testing.assert_array_equal(one, three)
