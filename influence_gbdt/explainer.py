@@ -21,7 +21,7 @@ from .errors import InputError, LongRunWarning, NotFittedError, ReproductionErro
 from .explanation import PredictionExplanation
 from .inputs import check_choice, check_rows, check_table, is_integer, is_sparse, n_columns
 from .pipelines import REPRODUCTION_HINT, unwrap
-from .results import Scores, keyed_table, row_labels, tidy_scores
+from .results import Scores, keyed_table, point_labels, row_labels, tidy_scores
 from .tabular import n_rows, take_rows
 
 _METHODS = ("leaf_influence", "leaf_refit")
@@ -428,7 +428,8 @@ class BoostingInfluence:
             ``L(F(x)) - L(F_without_group(x))`` (``on="loss"``: > 0 = the group is harmful) or
             ``F(x) - F_without_group(x)`` (``on="prediction"``: > 0 = the group raises the margin).
             When ``fit`` was given a DataFrame: a Series named ``score``, indexed by the test
-            points' index (0 .. n_test-1 when ``X`` is not pandas).
+            points' index (0 .. n_test-1 when ``X`` is not pandas), as the columns of
+            :meth:`score_training_points`' table.
 
         Raises
         ------
@@ -461,8 +462,7 @@ class BoostingInfluence:
             return float(scores[0])
         if self._train_index() is None:
             return scores
-        labels = row_labels(X)
-        return pd.Series(scores, index=pd.RangeIndex(scores.size) if labels is None else labels, name="score")
+        return pd.Series(scores, index=point_labels(X, scores.size), name="score")
 
     def top_training_points(
         self,

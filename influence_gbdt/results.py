@@ -55,11 +55,15 @@ def tidy_scores(
         index = index.rename("train")
     if scores.ndim == 1:
         return pd.Series(scores, index=index, name="score", copy=False)
-    columns = row_labels(X_test)
-    columns = pd.RangeIndex(scores.shape[1]) if columns is None else columns
-    if columns.name is None:
-        columns = columns.rename("test")
-    return pd.DataFrame(scores, index=index, columns=columns, copy=False)
+    return pd.DataFrame(scores, index=index, columns=point_labels(X_test, scores.shape[1]), copy=False)
+
+
+def point_labels(X_test: Any, n_test: int) -> pd.Index:
+    """The test points' labels: a pandas ``X_test``'s index, else 0 .. n_test-1; named ``test``
+    where it has no name."""
+    labels = row_labels(X_test)
+    labels = pd.RangeIndex(n_test) if labels is None else labels
+    return labels.rename("test") if labels.name is None else labels
 
 
 def keyed_table(table: pd.DataFrame, train_index: pd.Index | None, rows: NDArray[np.int64]) -> pd.DataFrame:
