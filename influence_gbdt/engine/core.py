@@ -374,10 +374,8 @@ class InfluenceEngine:
         _replay(st, np.ascontiguousarray(without.init_offset + base[None, :]), self.n_threads)
         shift = (base - e.base_margin)[None, :]
         f_test = self._margins(leaves, offset)
-        scores = self.refit_scores(values[None, :], shift, leaves, f_test, y, column)[0]
-        if aggregate is None:
-            return scores
-        return np.array([scores.mean() if aggregate == "mean" else scores.sum()])
+        scores = _aggregated(self.refit_scores(values[None, :], shift, leaves, f_test, y, column), aggregate)
+        return scores if aggregate else scores[0]
 
     def refit_scores(
         self, new_values: NDArray[np.float64], shift: NDArray[np.float64], leaves: NDArray[np.int64],
@@ -637,10 +635,7 @@ class InfluenceEngine:
         threads = max(1, self.n_threads // max(1, len(chunks)))
         parts = []
         for scores in self._map(lambda chunk: batch(chunk, threads), chunks):
-            if aggregate == "mean":
-                scores = scores.mean(axis=1)
-            elif aggregate == "sum":
-                scores = scores.sum(axis=1)
+            scores = _aggregated(scores, aggregate)
             parts.append(scores)
             if progress is not None:
                 progress(scores.shape[0])
@@ -835,6 +830,16 @@ def _replay(st: State, A0: NDArray[np.float64], n_threads: int) -> NDArray[np.fl
     scratch = passes.replay_scratch(st, n_team)
     team.run(passes.replay, n_team, *st, margin, work, scratch, bar=work.bar)
     return margin
+
+
+def _aggregated(scores: NDArray[np.float64], aggregate: Aggregate) -> NDArray[np.float64]:
+    """Scores (B, m) of B training rows (or groups) over m test points, or their mean or sum over
+    the test points, (B,)."""
+    if aggregate == "mean":
+        return scores.mean(axis=1)
+    if aggregate == "sum":
+        return scores.sum(axis=1)
+    return scores
 
 
 def check_aggregate(aggregate: Aggregate) -> None:
