@@ -9,7 +9,6 @@ cost may never exceed the nearest admissible target-class row).
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import catboost as cb
@@ -19,10 +18,11 @@ import pandas as pd
 import pytest
 import xgboost as xgb
 from influence_gbdt.adapters import trees_for
+from tweak_reference import cheapest_over_cells
 
 from influence_gbdt import FeatureTweaking
 from influence_gbdt._tweak_kernels import Base, Oblivious, predict_margin, tree_uses
-from influence_gbdt._tweak_search import Cost, Goal
+from influence_gbdt._tweak_search import Goal
 from influence_gbdt.errors import InputError
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -200,19 +200,8 @@ def test_pandas_categorical_input(library: str) -> None:
 def _exhaustive(ft: FeatureTweaking, row: np.ndarray) -> float:
     """Cheapest flip over every combination of cells (the search space of the exact method)."""
     s = ft.reader_.structure
-    con = ft._constraints(row[None, :])
-    point = ft.grid_.point(row, con, ft.epsilon, None)
     goal = Goal(s, 1, 0.0, ft._delta())
-    g = ft.grid_
-    choices = [
-        np.flatnonzero(np.isfinite(point.dist[g.offset[f] : g.offset[f + 1]])) + g.offset[f]
-        for f in range(row.size)
-    ]
-    cells = np.array(list(itertools.product(*choices)))
-    V = point.rep[cells]
-    hit = goal.score(predict_margin(s, V)) > goal.delta
-    cost = Cost("l2", con.scale, con.weight, s.feature_is_categorical)(row, V[hit])
-    return float(cost.min(initial=np.inf))
+    return cheapest_over_cells(ft, row, lambda V: goal.score(predict_margin(s, V)) > goal.delta)
 
 
 @pytest.mark.parametrize("wide", [False, True], ids=["unit-scale", "wide-feature"])

@@ -9,7 +9,6 @@ match its cheapest cost, the heuristics may only be above it); a numpy scan of t
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import catboost as cb
@@ -19,9 +18,9 @@ import pandas as pd
 import pytest
 import xgboost as xgb
 from influence_gbdt.adapters import trees_for
+from tweak_reference import cheapest_over_cells
 
 from influence_gbdt import FeatureTweaking
-from influence_gbdt._tweak_search import Cost
 from influence_gbdt.errors import InputError, UnsupportedModelError
 from influence_gbdt.links import LINKS
 
@@ -166,17 +165,12 @@ def _cheapest_by_enumeration(
 ) -> float:
     """Cheapest row in [low, high] by the booster's predict, over every combination of cells (the
     search space of the exact method)."""
-    s = ft.reader_.structure
-    con = ft._constraints(row[None, :])
-    point = ft.grid_.point(row, con, ft.epsilon, None)
-    g = ft.grid_
-    choices = [np.flatnonzero(np.isfinite(point.dist[g.offset[f] : g.offset[f + 1]])) + g.offset[f]
-               for f in range(row.size)]
-    V = point.rep[np.array(list(itertools.product(*choices)))]
-    predicted = np.asarray(model.predict(V), dtype=np.float64)
-    inside = (predicted >= low) & (predicted <= high)
-    cost = Cost("l2", con.scale, con.weight, s.feature_is_categorical)(row, V[inside])
-    return float(cost.min(initial=np.inf))
+
+    def inside(V: np.ndarray) -> np.ndarray:
+        predicted = np.asarray(model.predict(V), dtype=np.float64)
+        return (predicted >= low) & (predicted <= high)
+
+    return cheapest_over_cells(ft, row, inside)
 
 
 @pytest.mark.parametrize("library", LIBRARIES)
