@@ -65,28 +65,37 @@ def adult(library: str) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame]:
     return X, y, X_test
 
 
+#: Each library's Poisson objective, as its regressor's parameter.
+POISSON = {"xgboost": {"objective": "count:poisson"}, "lightgbm": {"objective": "poisson"},
+           "catboost": {"loss_function": "Poisson"}}
+
+
 def model(library: str, X: pd.DataFrame, y: np.ndarray, n_trees: int, depth: int | None,
-          single_ctrs: bool = False) -> Any:
-    """A classifier of ``library``; "catboost-ctr": CatBoost's CTRs (``single_ctrs``: of single
-    features only)."""
+          single_ctrs: bool = False, task: str = "classifier") -> Any:
+    """A model of ``library``: a classifier, or (``task`` "regressor" / "poisson") a regressor
+    with squared error or Poisson; "catboost-ctr": CatBoost's CTRs (``single_ctrs``: of single
+    features only), "catboost": one-hot categories."""
+    kind = "Classifier" if task == "classifier" else "Regressor"
+    extra: dict[str, Any] = POISSON[library] if task == "poisson" else {}
     if library == "xgboost":
         import xgboost as xgb
 
-        extra = {} if depth is None else {"max_depth": depth}
-        return xgb.XGBClassifier(n_estimators=n_trees, enable_categorical=True, n_jobs=2, **extra).fit(X, y)
+        extra = {**extra, **({} if depth is None else {"max_depth": depth})}
+        return getattr(xgb, f"XGB{kind}")(n_estimators=n_trees, enable_categorical=True, n_jobs=2,
+                                          **extra).fit(X, y)
     if library == "lightgbm":
         import lightgbm as lgb
 
-        extra = {} if depth is None else {"num_leaves": 2**depth, "max_depth": depth}
-        return lgb.LGBMClassifier(n_estimators=n_trees, verbose=-1, n_jobs=2, **extra).fit(X, y)
+        extra = {**extra, **({} if depth is None else {"num_leaves": 2**depth, "max_depth": depth})}
+        return getattr(lgb, f"LGBM{kind}")(n_estimators=n_trees, verbose=-1, n_jobs=2, **extra).fit(X, y)
     import catboost as cb
 
-    extra: dict[str, Any] = {} if depth is None else {"depth": depth}
+    extra = {**extra, **({} if depth is None else {"depth": depth})}
     if library == "catboost":
         extra["one_hot_max_size"] = 64
     elif single_ctrs:
         extra["max_ctr_complexity"] = 1
-    return cb.CatBoostClassifier(
+    return getattr(cb, f"CatBoost{kind}")(
         iterations=n_trees,
         verbose=0,
         thread_count=2,
@@ -94,33 +103,6 @@ def model(library: str, X: pd.DataFrame, y: np.ndarray, n_trees: int, depth: int
         allow_writing_files=False,
         **extra,
     ).fit(X, y)
-
-
-def regressor(library: str, X: pd.DataFrame, y: np.ndarray, n_trees: int, depth: int | None,
-              poisson: bool) -> Any:
-    """A regressor of ``library`` (one-hot CatBoost categories, as in :func:`model`): squared error,
-    or Poisson."""
-    if library == "xgboost":
-        import xgboost as xgb
-
-        extra: dict[str, Any] = {} if depth is None else {"max_depth": depth}
-        if poisson:
-            extra["objective"] = "count:poisson"
-        return xgb.XGBRegressor(n_estimators=n_trees, enable_categorical=True, n_jobs=2, **extra).fit(X, y)
-    if library == "lightgbm":
-        import lightgbm as lgb
-
-        extra = {} if depth is None else {"num_leaves": 2**depth, "max_depth": depth}
-        if poisson:
-            extra["objective"] = "poisson"
-        return lgb.LGBMRegressor(n_estimators=n_trees, verbose=-1, n_jobs=2, **extra).fit(X, y)
-    import catboost as cb
-
-    extra = {"one_hot_max_size": 64, **({} if depth is None else {"depth": depth})}
-    if poisson:
-        extra["loss_function"] = "Poisson"
-    return cb.CatBoostRegressor(iterations=n_trees, verbose=0, thread_count=2, allow_writing_files=False,
-                                cat_features=list(ADULT_CATEGORICAL), **extra).fit(X, y)
 
 
 def round_trip(library: str, m: Any, X: pd.DataFrame, X_test: pd.DataFrame) -> dict[str, Any]:
@@ -254,7 +236,7 @@ def regression(args: argparse.Namespace) -> None:
     """Tables 2 and 3 on regressors (see the module docstring)."""
     speeds, gaps = [], []
 
-    def task(m: Any, X_test: pd.DataFrame, n: int) -> tuple[pd.DataFrame, dict[str, Any]]:
+    def rows_and_goal(m: Any, X_test: pd.DataFrame, n: int) -> tuple[pd.DataFrame, dict[str, Any]]:
         """Test rows ``m`` predicts under its median, and the range (low, None) of the docstring."""
         predicted = np.asarray(m.predict(X_test))
         middle = float(np.median(predicted))
@@ -265,13 +247,13 @@ def regression(args: argparse.Namespace) -> None:
         X, _, X_test = adult(library)
         y = X.pop(HOURS).to_numpy(dtype=np.float64)
         X_test = X_test.drop(columns=[HOURS])
-        for poisson in (False, True):
-            name = f"{library}{' Poisson' if poisson else ''}"
-            big = regressor(library, X, y, 100, None, poisson)
-            queries, goal = task(big, X_test, args.rows)
+        for task in ("regressor", "poisson"):
+            name = f"{library}{' Poisson' if task == 'poisson' else ''}"
+            big = model(library, X, y, 100, None, task=task)
+            queries, goal = rows_and_goal(big, X_test, args.rows)
             speeds += speed(f"{name}, range {goal['desired_range'][0]:.1f}+", big, X, queries, goal)
-            for label, m in (("10, depth 3", regressor(library, X, y, 10, 3, poisson)), ("100", big)):
-                queries, goal = task(m, X_test, args.gap_rows)
+            for label, m in (("10, depth 3", model(library, X, y, 10, 3, task=task)), ("100", big)):
+                queries, goal = rows_and_goal(m, X_test, args.gap_rows)
                 gaps += gap(f"{name}, range {goal['desired_range'][0]:.1f}+", label, m, X, queries, goal)
         print(f"done: {library}", flush=True)
     print(f"\n### Speed (100 trees, {args.rows} test rows predicted under the median)\n")
