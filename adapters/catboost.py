@@ -369,6 +369,7 @@ class CatBoostAdapter(BoosterAdapter):
             init_offset=self.init_offset(X, init_score), y=labels, user_weight=user_w,
             weight_group=groups, dataset_factor=class_weights, float32_weights=True,
             dataset_factor_without=without, float32_l2=K > 1 and newton, float32_base=True,
+            float32_base_terms=True,
         )
 
     def _ctr_training_leaves(

@@ -53,12 +53,20 @@ What XGBoost does, and how it lands in the description (verified by the tests of
 * ``scale_pos_weight`` (spw) multiplies the weight of rows whose label is exactly 1, in every
   ``reg:`` and ``binary:`` objective (also squared error): it is the factor of weight group 1, so
   scores stay per unit of the user's weight.
-* **Base score.** Stored in probability space for ``binary:logistic``: the start margin is
-  ``logit(clip(b, 1e-6, 1 - 1e-6))`` in float32. When XGBoost estimated it (no user ``base_score``)
-  a retrain re-estimates it, by XGBoost's rule: the weighted label mean (``base_rule="mean"``, the
-  weighted loss-minimising constant) when ``|spw - 1| <= 1e-6``; otherwise one Newton step from
-  margin 0 with the weights ``w * spw`` on label-1 rows (``base_rule="newton_step"``,
-  ``base_anchor = 0``; spw is then the *dataset* factor of group 1, as it enters the estimate). It is
+* **Base score.** Stored as a float32, in probability space for ``binary:logistic``: the start
+  margin is ``-logf(1 / b - 1)`` with ``b`` clipped to ``[1e-6, 1 - 1e-6]``, in float32 with the C
+  library's ``logf``, as XGBoost computes it (the engine's ``logit32`` link; ``log32`` for the log
+  link). When XGBoost estimated it (no user ``base_score``) a retrain re-estimates it, by XGBoost's
+  rule: the weighted label mean (``base_rule="mean"``, the weighted loss-minimising constant) when
+  ``|spw - 1| <= 1e-6``; otherwise one Newton step from margin 0 with the weights ``w * spw`` on
+  label-1 rows (``base_rule="newton_step"``, ``base_anchor = 0``; spw is then the *dataset* factor
+  of group 1, as it enters the estimate; XGBoost stores the step as its float32 sigmoid). Each
+  estimate is rounded to float32 before its link (``float32_base``), the Newton step's gradient
+  pairs too (``float32_base_terms``): the re-estimated margin is the one a retrain starts from, bit
+  for bit, for every objective but three (tested against ``eta=0`` retrains): pseudo-Huber (XGBoost
+  computes its gradients in float32 arithmetic) and the weighted median within two float32 steps;
+  a weighted multiclass intercept (XGBoost sums each class's weights in float32, one row after
+  another) within that sum's rounding. It is
   held (``"fixed"``) for a user ``base_score``, for a per-row ``base_margin`` (``init_score`` here:
   it *replaces* the base score in training and prediction, so it becomes ``init_offset`` with
   ``base_margin = 0``, and a re-estimated base score would change nothing), and for a logistic
@@ -530,6 +538,8 @@ class XGBoostAdapter(BoosterAdapter):
             dataset_factor=1.0 if rule == "mean" else factor,
             objective_factor=factor if rule == "mean" else 1.0,
             float32_weights=True,
+            float32_base=True,  # XGBoost stores its estimate as a float32, its link computes in float32
+            float32_base_terms=rule == "newton_step",  # its Newton step sums float32 gradient pairs
         )
 
     def _base_rule(self, init_score: ArrayLike | None) -> str:

@@ -123,17 +123,14 @@ class Objective:
         """The margin XGBoost starts from given the stored base score(s) (float32), shape (K,).
 
         ``ProbToMargin``: ``-logf(1 / b - 1)`` with ``b`` clipped to ``[1e-6, 1 - 1e-6]`` for the
-        logistic link, ``logf(b)`` for the log link, the stored value else (also for logitraw and for
-        multiclass, whose base score is already a margin).
+        logistic link, ``logf(b)`` for the log link (the engine's ``logit32`` and ``log32`` links,
+        which a re-estimated base takes the same way), the stored value else (also for logitraw and
+        for multiclass, whose base score is already a margin).
         """
         b = np.asarray(stored, dtype=np.float32)
-        one = np.float32(1.0)
-        if self.name in _LOGISTIC:
-            b = np.clip(b, np.float32(RT_EPS), one - np.float32(RT_EPS))
-            return (-np.log(one / b - one)).astype(np.float64)
-        if self.name in _LOG_LINK:
-            return np.log(b).astype(np.float64)
-        return b.astype(np.float64)
+        if self.name in _MULTICLASS:
+            return b.astype(np.float64)
+        return self.loss.mean_link(b.astype(np.float64), self.base_link)  # as a retrain's estimate
 
     def clipped(self, stored: np.ndarray) -> bool:
         """Whether a logistic base estimate sits at XGBoost's clip (all labels of one class)."""
@@ -195,22 +192,22 @@ def objective_from_config(config: dict[str, Any]) -> Objective:
 def _objective(name: str, obj: dict[str, Any], n_targets: int, n_class: int, spw: bool) -> Objective:
     if name in _MULTICLASS:
         loss = Loss("softmax", HESSIAN_FLOOR, n_class, {"factor": 2.0})
-        return Objective(name, loss, "mean", "log_share_centered", False, False)
+        return Objective(name, loss, "mean", "log_share_centered32", False, False)
     if name == "reg:squarederror":
         loss = Loss("multi_squared", 0.0, n_targets) if n_targets > 1 else Loss("squared_error")
         return Objective(name, loss, "mean", "identity", False, spw)
     if name in (*_LOGISTIC, "binary:logitraw"):
-        link = "identity" if name == "binary:logitraw" else "logit"
+        link = "identity" if name == "binary:logitraw" else "logit32"
         return Objective(name, Loss("logloss", HESSIAN_FLOOR), "mean", link, False, spw)
     if name == "count:poisson":
         shift = _param(obj["poisson_regression_param"], "max_delta_step", 0.7)
         loss = Loss("poisson", params={"hessian_log_shift": shift})
-        return Objective(name, loss, "mean", "log", False, spw)
+        return Objective(name, loss, "mean", "log32", False, spw)
     if name == "reg:tweedie":
         power = _param(obj["tweedie_regression_param"], "tweedie_variance_power", 1.5)
-        return Objective(name, Loss("tweedie", params={"power": power}), "mean", "log", False, spw)
+        return Objective(name, Loss("tweedie", params={"power": power}), "mean", "log32", False, spw)
     if name == "reg:gamma":
-        return Objective(name, Loss("gamma"), "mean", "log", False, spw)
+        return Objective(name, Loss("gamma"), "mean", "log32", False, spw)
     if name == "reg:pseudohubererror":
         slope = _param(obj["pseudo_huber_param"], "huber_slope", 1.0)
         return Objective(name, Loss("pseudo_huber", params={"delta": slope}), "newton_step", "identity",

@@ -59,7 +59,9 @@ Base margin (``base_rule``)
 ``base_link`` (logit, log, log of class shares, ...) of the label mean weighted by the dataset
 weights (boost_from_average), ``mean = sum d y / sum d`` (class indicators for multiclass).
 ``"newton_step"``: one Newton step of the loss from ``base_anchor``,
-``base_anchor - sum d g / sum d h`` (XGBoost's intercept with ``scale_pos_weight``).
+``base_anchor - sum d g / sum d h`` (XGBoost's intercept with ``scale_pos_weight``; under the
+``logit32`` link the step passes through XGBoost's float32 sigmoid and back, as XGBoost stores it
+as a probability).
 ``"quantile"``: the ``alpha`` quantile of the labels (the quantile loss's ``alpha``) by the
 booster's definition ``quantile_method``, weighted by the dataset weights. All are re-estimated
 whenever the data changes.
@@ -237,8 +239,13 @@ class TreeEnsemble:
     float32_base : bool
         The booster's base-margin estimate is a float32 before its link: CatBoost's weighted mean
         (of float32 label-times-weight products) and quantile, LightGBM's ``BoostFromScore``
-        percentile of the L1 and quantile objectives. A base margin re-estimated without a row is
-        computed so (refit only; the rounding is not differentiated).
+        percentile of the L1 and quantile objectives; XGBoost's mean, Newton step and quantile,
+        whose links ``logit32`` and ``log32`` then compute in float32 too). A base margin
+        re-estimated without a row is computed so (refit only; the rounding is not differentiated).
+    float32_base_terms : bool
+        Each row's terms ``d p`` and ``d q`` of the base estimate's ratio are float32 (CatBoost's
+        float32 label times its weight; XGBoost's gradient pairs of its Newton step), as are the
+        terms a deleted row takes out of its sums (refit only).
     """
 
     leaf_index: NDArray[np.int32]
@@ -285,6 +292,7 @@ class TreeEnsemble:
     float32_gradients: bool
     float32_l2: bool
     float32_base: bool
+    float32_base_terms: bool
     leaf_offset: NDArray[np.int64] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -427,6 +435,7 @@ class TreeEnsemble:
         float32_gradients: bool = False,
         float32_l2: bool = False,
         float32_base: bool = False,
+        float32_base_terms: bool = False,
     ) -> TreeEnsemble:
         """Validate and normalize the description; scalars broadcast over trees, leaves or rows.
 
@@ -477,7 +486,7 @@ class TreeEnsemble:
         dataset_factor_without, objective_factor_without : (n, G), optional
         dataset_factor_derivative, objective_factor_derivative : (n, G), optional
             See the class attributes.
-        float32_gradients, float32_l2, float32_base : bool
+        float32_gradients, float32_l2, float32_base, float32_base_terms : bool
 
         Raises
         ------
@@ -665,6 +674,7 @@ class TreeEnsemble:
             float32_gradients=bool(float32_gradients),
             float32_l2=bool(float32_l2),
             float32_base=bool(float32_base),
+            float32_base_terms=bool(float32_base_terms),
         )
 
 

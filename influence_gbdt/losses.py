@@ -55,6 +55,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from . import _jit as numba
+from ._cmath32 import expf, logf
 from .errors import InputError
 
 LOGLOSS = 0
@@ -94,7 +95,18 @@ _SPECS: dict[str, tuple[int, dict[str, float], bool, int | None]] = {
 }
 LOSSES: tuple[str, ...] = tuple(_SPECS)
 #: Mean links (boost_from_average): how a weighted label mean becomes a starting margin.
-LINKS: tuple[str, ...] = ("identity", "logit", "log", "log_share", "log_share_centered")
+LINKS: tuple[str, ...] = ("identity", "logit", "log", "log_share", "logit32", "log32", "log_share_centered32")
+#: The clip of a mean under the ``logit32`` link: XGBoost's ``kRtEps``.
+LOGIT32_CLIP = 1e-6
+
+
+def sigmoid32(margin: NDArray[np.float64]) -> NDArray[np.float64]:
+    """The mean a margin stands for under the ``logit32`` link, any shape: XGBoost's float32
+    sigmoid ``1 / (expf(min(-m, 88.7)) + 1 + 1e-16)`` of the margin rounded to float32 (its
+    ``PredTransform``, through which it stores an intercept it fits as a Newton step)."""
+    one = np.float32(1.0)
+    x = np.minimum(-np.asarray(margin, dtype=np.float32), np.float32(88.7))
+    return (one / (expf(x) + one + np.float32(1e-16))).astype(np.float64)
 #: Floor of a class share under the ``log_share`` link: LightGBM's ``kEpsilon`` (``1e-15f``, a float,
 #: so 1.0000000036e-15), which its multiclass init score ``log(max(kEpsilon, share))`` uses. A class
 #: that never occurs in the labels starts at log of this.
@@ -241,21 +253,35 @@ class Loss:
 
         ``mean`` has shape (B,) (one output) or (B, K). ``identity``: the mean; ``logit``:
         log(mean / (1 - mean)) / sigma with the mean clipped to [1e-15, 1 - 1e-15]; ``log``: log of
-        the mean; ``log_share``: log(max(share, :data:`SHARE_FLOOR`)) per class; ``log_share_centered``:
-        log(share + 1e-6) minus its mean over the classes.
+        the mean; ``log_share``: log(max(share, :data:`SHARE_FLOOR`)) per class. XGBoost's, in its
+        float32 arithmetic on the mean rounded to float32, with the C library's ``logf``
+        (:mod:`._cmath32`): ``logit32`` and ``log32``, its ``ProbToMargin``, ``-log(1 / b - 1)`` with
+        ``b`` clipped to [1e-6, 1 - 1e-6] and ``log(b)`` (the margin it starts from given its stored
+        base score); ``log_share_centered32``, its multiclass intercept, ``log(share + 1e-6)`` minus
+        the sum of each class's log over ``K`` in class order.
         """
         link = link or self.default_link
         if link == "logit":
             mean = np.clip(mean, 1e-15, 1.0 - 1e-15)
             return np.log(mean / (1.0 - mean)) / self.params.get("sigma", 1.0)
+        if link in ("logit32", "log32"):  # XGBoost's ProbToMargin on the float32 mean, with C's logf
+            b, one = np.asarray(mean, dtype=np.float32), np.float32(1.0)
+            if link == "logit32":
+                b = one / np.clip(b, np.float32(LOGIT32_CLIP), one - np.float32(LOGIT32_CLIP)) - one
+            out = logf(b).astype(np.float64)
+            return -out if link == "logit32" else out
         if link == "log":
             with np.errstate(divide="ignore"):
                 return np.log(mean)
         if link == "log_share":
             return np.log(np.maximum(mean, SHARE_FLOOR))
-        if link == "log_share_centered":
-            out = np.log(mean + 1e-6)
-            return out - out.mean(axis=-1, keepdims=True)
+        if link == "log_share_centered32":  # XGBoost's multiclass intercept, in float32
+            logs = logf(np.asarray(mean, dtype=np.float32) + np.float32(1e-6))
+            K = logs.shape[-1]
+            centre = np.zeros(logs.shape[:-1], dtype=np.float32)
+            for c in range(K):  # its mean, summed in class order
+                centre = centre + logs[..., c] / np.float32(K)
+            return (logs - centre[..., None]).astype(np.float64)
         return np.array(mean, dtype=np.float64)
 
     def mean_link_jacobian(self, mean: NDArray[np.float64], link: str | None = None) -> NDArray[np.float64]:
@@ -263,16 +289,17 @@ class Loss:
         link = link or self.default_link
         mean = np.atleast_1d(np.asarray(mean, dtype=np.float64))
         K = mean.size
-        if link == "logit":
-            inside = (mean > 1e-15) & (mean < 1.0 - 1e-15)
+        if link in ("logit", "logit32"):
+            clip = LOGIT32_CLIP if link == "logit32" else 1e-15
+            inside = (mean > clip) & (mean < 1.0 - clip)
             slope = np.where(inside, 1.0 / np.where(inside, mean * (1.0 - mean), 1.0), 0.0)
-            return np.diag(slope / self.params.get("sigma", 1.0))
-        if link == "log":
+            return np.diag(slope / (1.0 if link == "logit32" else self.params.get("sigma", 1.0)))
+        if link in ("log", "log32"):
             return np.diag(1.0 / mean)
         if link == "log_share":
             inside = mean > SHARE_FLOOR
             return np.diag(np.where(inside, 1.0 / np.where(inside, mean, 1.0), 0.0))
-        if link == "log_share_centered":
+        if link == "log_share_centered32":
             d = np.diag(1.0 / (mean + 1e-6))
             return d - d.mean(axis=0, keepdims=True)
         return np.eye(K)

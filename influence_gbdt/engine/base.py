@@ -25,7 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..ensemble import TreeEnsemble
-from ..losses import ONE_VS_ALL, SOFTMAX
+from ..losses import ONE_VS_ALL, SOFTMAX, sigmoid32
 from .quantile import METHODS, quantile_weight_derivative, quantile_without
 
 
@@ -37,8 +37,8 @@ def _group_sums(groups: NDArray[np.int64], values: NDArray[np.float64], n_groups
 
 
 def _rounded(r: NDArray[np.float64], float32: bool) -> NDArray[np.float64]:
-    """``r`` rounded to float32 where the booster computes its estimate (the mean, the quantile)
-    in float32 (:attr:`TreeEnsemble.float32_base`)."""
+    """``r`` rounded to float32 where the booster computes its estimate (the mean, the Newton step,
+    the quantile) in float32 (:attr:`TreeEnsemble.float32_base`)."""
     return r.astype(np.float32).astype(np.float64) if float32 else r
 
 
@@ -71,11 +71,13 @@ class BaseMargin:
                 self._p = e.y.astype(np.float64)
             self._q = np.ones((e.n_rows, K))
         d = e.dataset_weight[:, None]
-        dp = d * self._p
-        if e.float32_base:  # CatBoost multiplies each float32 label by its weight in float32
-            dp = dp.astype(np.float32).astype(np.float64)
-        self._P = _group_sums(e.weight_group, dp, e.n_groups)
-        self._Q = _group_sums(e.weight_group, d * self._q, e.n_groups)
+        #: Each row's terms of the ratio's sums, (n, K) each.
+        self._dp, self._dq = d * self._p, d * self._q
+        if e.float32_base_terms:
+            self._dp = self._dp.astype(np.float32).astype(np.float64)
+            self._dq = self._dq.astype(np.float32).astype(np.float64)
+        self._P = _group_sums(e.weight_group, self._dp, e.n_groups)
+        self._Q = _group_sums(e.weight_group, self._dq, e.n_groups)
         if sums is not None:
             self._P, self._Q = sums
 
@@ -95,7 +97,10 @@ class BaseMargin:
         """``T(r)`` for ratios ``r`` of shape (B, K)."""
         e = self.ensemble
         if e.base_rule == "newton_step":
-            return e.base_anchor[None, :] - r
+            step = e.base_anchor[None, :] - r
+            if e.base_link == "logit32":  # XGBoost stores the step as its float32 probability
+                return e.loss.mean_link(sigmoid32(step), e.base_link)
+            return step
         return e.loss.mean_link(r if e.n_outputs > 1 else r[:, 0], e.base_link).reshape(r.shape)
 
     def _jacobian(self, r: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -128,8 +133,9 @@ class BaseMargin:
         Where the deletion changes the dataset factors, each group's sums scale by new / old factor
         (exact up to the float32 rounding of the dataset weights). The difference is taken to the
         *stored* margin; where the booster's estimate is a float32 (``float32_base``: CatBoost's mean
-        and quantile, LightGBM's percentile), the new one is rounded so before its link, as
-        retraining computes it.
+        and quantile, LightGBM's percentile, XGBoost's mean, Newton step and quantile), the new one
+        is rounded so before its link, as retraining computes it; the deleted row takes out of the
+        sums the terms they hold (``float32_base_terms``).
         """
         e = self.ensemble
         if not self.refits:
@@ -139,13 +145,12 @@ class BaseMargin:
             return (_rounded(q, e.float32_base) - e.base_margin[0])[:, None]
         own = np.zeros((idx.size, e.n_groups))
         own[np.arange(idx.size), e.weight_group[idx]] = 1.0
-        d_i = e.dataset_weight[idx, None, None]
         old = np.where(e.dataset_factor > 0, e.dataset_factor, 1.0)
         scale = (np.ones((idx.size, e.n_groups)) if e.dataset_factor_without is None
                  else e.dataset_factor_without[idx] / old[None, :])[:, :, None]
         own3 = own[:, :, None]
-        num = ((self._P[None] - own3 * d_i * self._p[idx, None, :]) * scale).sum(1)
-        den = ((self._Q[None] - own3 * d_i * self._q[idx, None, :]) * scale).sum(1)
+        num = ((self._P[None] - own3 * self._dp[idx, None, :]) * scale).sum(1)
+        den = ((self._Q[None] - own3 * self._dq[idx, None, :]) * scale).sum(1)
         return self._map(_rounded(num / den, e.float32_base)) - e.base_margin[None, :]
 
     def derivative(self) -> NDArray[np.float64]:

@@ -32,7 +32,7 @@ import xgboost as xgb
 from influence_gbdt.adapters import adapter_for
 from influence_gbdt.adapters.xgboost import XGBoostAdapter, rounding_units
 from sklearn.preprocessing import LabelEncoder
-from xgboost_helpers import kept_margins, margin_tol, train
+from xgboost_helpers import EPS32, kept_margins, margin_tol, train
 
 from influence_gbdt.engine import InfluenceEngine, TestPoints
 from influence_gbdt.errors import UnsupportedModelError
@@ -413,3 +413,55 @@ def test_the_compiled_rounding_bound_equals_a_numpy_reference(data, name):
     expected = _rounding_units_reference(engine)
     assert expected.max() > 0  # leaves differ from the recomputed ones: the bound is exercised
     np.testing.assert_allclose(rounding_units(engine), expected, rtol=1e-12, atol=0)
+
+
+# id: (params, target) of every objective whose base score XGBoost estimates
+ESTIMATED = {
+    **{name: (params, target) for name, (params, target, _) in OBJECTIVES.items()},
+    "logistic": ({"objective": "binary:logistic"}, "binary"),
+    "logistic_spw": ({"objective": "binary:logistic", "scale_pos_weight": 3.0}, "binary"),
+    "squarederror": ({"objective": "reg:squarederror"}, "regression"),
+}
+# Where the re-estimated base is not XGBoost's bit for bit (measured), the tolerance and why:
+# - XGBoost computes the pseudo-Huber gradients of its Newton step in float32 arithmetic (the engine
+#   in float64, then rounds them), and its weighted median compares float32 cumulative weights: two
+#   float32 steps of the margin;
+# - weighted, it sums each class's weights for its multiclass intercept one row after another in
+#   float32 (the engine in float64): that sum's rounding, a random walk of N steps of eps32 / 2 of
+#   the running sum (x4 for the tails), is a relative error of each share, and so of its log.
+NEAR = {("pseudohuber", False), ("pseudohuber", True), ("absoluteerror", True)}
+SUMMED_IN_FLOAT32 = {("softprob", True), ("softmax_w", True)}
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("name", list(ESTIMATED))
+def test_the_base_margin_and_its_refit_are_xgboosts_own(data, name, weighted):
+    """The margin the model starts from is XGBoost's, and so is the one a retrain without a row
+    starts from (``base_score="refit"``), bit for bit: XGBoost stores its estimate as a float32
+    and derives the margin in float32 with the C library's ``logf``. The truth is read off a model
+    trained with ``eta=0`` (its margins are its base margin) on the same rows."""
+    params, target = ESTIMATED[name]
+    X, y, w = data["X"], data[target], data["w"] if weighted else None
+    every = np.arange(N)
+
+    def start(keep: np.ndarray) -> np.ndarray:
+        zero = train({**params, "eta": 0.0}, X[keep], y[keep], None if w is None else w[keep], rounds=1)
+        return np.asarray(zero.predict(xgb.DMatrix(X[:1]), output_margin=True), np.float64).ravel()
+
+    engine = XGBoostAdapter(train(params, X, y, w, rounds=3)).prepare(X, y, w)
+    assert engine.ensemble.base_rule != "fixed"
+    np.testing.assert_array_equal(engine.ensemble.base_margin, start(every))
+    rows = np.array([0, 1, 2, 3, 5, 8, 13, 21])
+    _, base = engine.refit_leaf_values(rows, refit_base=True)
+    moved = 0
+    for b, i in zip(base.reshape(rows.size, -1), rows, strict=True):
+        expected = start(every != i)
+        moved += not np.array_equal(expected, engine.ensemble.base_margin)
+        if (name, weighted) in NEAR:
+            step = np.spacing(np.float32(np.abs(expected).max()))
+            np.testing.assert_allclose(b, expected, rtol=0, atol=2 * step)
+        elif (name, weighted) in SUMMED_IN_FLOAT32:
+            np.testing.assert_allclose(b, expected, rtol=0, atol=4 * np.sqrt(N) * EPS32)
+        else:
+            np.testing.assert_array_equal(b, expected)
+    assert moved > 0 or name in ("absoluteerror", "quantile_w")  # a real comparison (a quantile may stay)
