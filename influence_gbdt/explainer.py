@@ -451,13 +451,16 @@ class BoostingInfluence:
         if not keep.any():
             raise InputError("training_points holds every training row: at least one must remain.")
         X_model, y_model, weights, offsets = self._fit_data
-        without = self.adapter_.describe(
-            take_rows(X_model, np.flatnonzero(keep)), np.asarray(y_model)[keep],
-            None if weights is None else np.asarray(weights)[keep],
-            None if offsets is None else np.asarray(offsets)[keep],
-        )
-        scores = engine.group_refit(test, without, refit_base=self.base_score == "refit", on=on,
-                                    aggregate=aggregate, output=column)
+        if keep.all():  # deleting nothing retrains the same model
+            scores = np.zeros(1 if aggregate else np.shape(test.leaf_index)[1])
+        else:
+            without = self.adapter_.describe(
+                take_rows(X_model, np.flatnonzero(keep)), np.asarray(y_model)[keep],
+                None if weights is None else np.asarray(weights)[keep],
+                None if offsets is None else np.asarray(offsets)[keep],
+            )
+            scores = engine.group_refit(test, without, refit_base=self.base_score == "refit", on=on,
+                                        aggregate=aggregate, output=column)
         if aggregate is not None:
             return float(scores[0])
         if self._train_index() is None:
