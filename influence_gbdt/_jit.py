@@ -34,7 +34,8 @@ too, not with its file's modification time as numba's own cache does: a kernel t
 function of another module (every kernel calls the losses) must not keep running an old callee.
 
 **Compiling is announced.** The first time a process compiles one of the package's kernels it
-says so in one line on stderr (what, why, about how long); ``INFLUENCE_GBDT_QUIET=1`` silences it.
+says so in one line on stderr (what, why, about how long); ``INFLUENCE_GBDT_QUIET=1`` silences it, and
+so does :func:`no_compile_notice` (the command line's ``--quiet``).
 
 **The exponential.** numba binds the kernels' ``exp`` to its own helper, which calls the C
 library's. On Linux that helper was linked against glibc's oldest ``exp``, a wrapper that checks
@@ -379,15 +380,18 @@ def njit(*args: Any, **options: Any) -> Any:
 
 
 class _CompileNotice(_event.Listener):
-    """Says once per process, on stderr, that the package's kernels are being compiled and why."""
+    """Says once per process, on stderr, that the package's kernels are being compiled and why
+    (unless ``INFLUENCE_GBDT_QUIET`` is set, or within :func:`no_compile_notice`)."""
 
     def __init__(self) -> None:
         self.said = False
+        self.silenced = 0
 
     def on_start(self, event: Any) -> None:
         dispatcher = event.data.get("dispatcher")
         module = getattr(getattr(dispatcher, "py_func", None), "__module__", "") or ""
-        if self.said or not module.startswith("influence_gbdt") or os.environ.get("INFLUENCE_GBDT_QUIET"):
+        if (self.said or self.silenced or not module.startswith("influence_gbdt")
+                or os.environ.get("INFLUENCE_GBDT_QUIET")):
             return
         self.said = True
         why = NOT_SHIPPED if SHIPPED_DIR is None else "a kernel signature the precompiled set lacks"
@@ -399,7 +403,19 @@ class _CompileNotice(_event.Listener):
         pass
 
 
-_event.register("numba:compile", _CompileNotice())
+_NOTICE = _CompileNotice()
+_event.register("numba:compile", _NOTICE)
+
+
+@contextlib.contextmanager
+def no_compile_notice() -> Iterator[None]:
+    """Within this block, compiling a kernel says nothing on stderr (the command line's
+    ``--quiet``)."""
+    _NOTICE.silenced += 1
+    try:
+        yield
+    finally:
+        _NOTICE.silenced -= 1
 
 
 def _refuse_python_calls(dispatcher: Any) -> None:

@@ -7,6 +7,7 @@ one line on stderr, also for usage errors), 130 when interrupted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,7 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .cli_io import check_output, json_object, load_model, read_bytes, read_table, write_table
+from ._jit import no_compile_notice
+from .cli_io import QUIET_HELP, check_output, json_object, load_model, read_bytes, read_table, write_table
 from .cli_tweak import add_parser as add_tweak
 from .errors import InfluenceError, InputError, require
 
@@ -323,7 +325,7 @@ def _parser() -> argparse.ArgumentParser:
                             "fixed: it stays")
         p.add_argument("--max-memory", type=float, default=4e9, metavar="BYTES",
                        help="refuse work that needs more memory than this (default 4e9; inf: no limit)")
-        p.add_argument("--quiet", action="store_true", help="no progress bar")
+        p.add_argument("--quiet", action="store_true", help=QUIET_HELP)
 
     score = sub.add_parser(
         "score", help="score training rows against a test set",
@@ -365,7 +367,7 @@ def _parser() -> argparse.ArgumentParser:
                       help="fraction of training labels flipped, between 0 and 1 (default 0.1)")
     demo.add_argument("--trees", type=_count(1), default=100, help="CatBoost trees (default 100)")
     demo.add_argument("--seed", type=_count(0), default=0, help="random seed for the flips and CatBoost")
-    demo.add_argument("--quiet", action="store_true", help="no progress bar")
+    demo.add_argument("--quiet", action="store_true", help=QUIET_HELP)
     demo.set_defaults(run=_cmd_demo)
 
     add_tweak(sub)
@@ -378,7 +380,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
         command = f"influence-gbdt {args.command}"
-        return int(args.run(args))
+        with no_compile_notice() if getattr(args, "quiet", False) else contextlib.nullcontext():
+            return int(args.run(args))
     except SystemExit as exc:  # --help and --version
         return exc.code if isinstance(exc.code, int) else 0
     except (InfluenceError, ImportError) as exc:

@@ -15,6 +15,8 @@ from ._ubjson import UBJSONError, object_keys
 from .errors import InputError, booster_message, require
 
 _PARQUET = (".parquet", ".pq")
+#: Every command's ``--quiet``.
+QUIET_HELP = "no progress bar and no notes on stderr (errors still print)"
 
 
 def _check_lightgbm_file(path: Path) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .cli_io import check_output, json_object, load_model, read_table, write_table
+from .cli_io import QUIET_HELP, check_output, json_object, load_model, read_table, write_table
 from .errors import InputError
 
 
@@ -24,7 +24,7 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("model", help="model file: XGBoost .json/.ubj, LightGBM .txt, CatBoost .cbm/.json")
     p.add_argument("--data", required=True, help="rows to tweak, CSV or Parquet")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help=QUIET_HELP)
     p.add_argument("--train", help="training data (CSV or Parquet): feature scales and nearest-row fallback")
     p.add_argument("--label", help="label column to drop from --data and --train, if present")
     p.add_argument("--target",

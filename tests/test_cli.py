@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
@@ -9,6 +10,7 @@ import pandas as pd
 import pytest
 from boosters import LIBRARIES, binary_data, classifier, save_model
 
+from influence_gbdt import cli
 from influence_gbdt.cli import main
 
 pytestmark = pytest.mark.usefixtures("no_compile_notice")  # stderr is read line for line
@@ -313,10 +315,14 @@ def test_messages_speak_the_command_line(files: tuple, tmp_path, capsys: pytest.
     assert "Map your labels to 0/1" in err and "scikit-learn" not in err
 
 
-def test_check_says_what_runs_unless_quiet(files: tuple, capsys: pytest.CaptureFixture) -> None:
+def test_check_says_what_runs_unless_quiet(files: tuple, capsys: pytest.CaptureFixture,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
     _, path, params, train, _, _ = files
     args = [a for a in _model_args(path, params, train) if a != "--quiet"]
+    quiet_blocks = []  # --quiet also silences the compile notice (tests/test_jit.py: the block itself)
+    monkeypatch.setattr(cli, "no_compile_notice", lambda: quiet_blocks.append(1) or contextlib.nullcontext())
     assert main(["check", *args]) == 0
     assert "recomputing every leaf value from 300 training rows" in capsys.readouterr().err
+    assert quiet_blocks == []
     assert main(["check", *args, "--quiet"]) == 0
-    assert capsys.readouterr().err == ""
+    assert capsys.readouterr().err == "" and quiet_blocks == [1]

@@ -229,8 +229,8 @@ def test_a_binary_model_and_one_test_point_run_none_of_the_other_models_kernels(
     assert out.stdout.split("\n")[:3] == ["replay ['none']", "sweep []", "sweep_one ['none']"]
 
 
-# Counts the package's kernels this process compiles while it runs the probe.
-_COUNTING_PROBE = textwrap.dedent(
+# Records in ``compiled`` the module of each kernel the process compiles from here on.
+_COUNTER = textwrap.dedent(
     """
     import numba.core.event as event
     compiled = []
@@ -244,7 +244,9 @@ _COUNTING_PROBE = textwrap.dedent(
 
     event.register("numba:compile", Count())
     """
-) + _PROBE + "print(sum(m.startswith('influence_gbdt') for m in compiled))\n"
+)
+# Counts the package's kernels this process compiles while it runs the probe.
+_COUNTING_PROBE = _COUNTER + _PROBE + "print(sum(m.startswith('influence_gbdt') for m in compiled))\n"
 
 
 def _bare_env() -> dict[str, str]:
@@ -450,3 +452,32 @@ def test_scores_do_not_depend_on_which_exp_the_kernels_call() -> None:
         outputs.append(out.stdout.split())
     assert outputs[1][0] == "False"
     assert outputs[0][1] == outputs[1][1]
+
+
+
+# Counts the kernels compiled within the command line's --quiet, then compiles one outside it.
+_SILENCED_PROBE = _COUNTER + textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    from influence_gbdt import _jit, losses
+    with _jit.no_compile_notice():
+        losses.Loss("logloss").values(np.zeros(3), np.zeros(3))
+    print(sum(m.startswith("influence_gbdt") for m in compiled))
+    print("-- block left --", file=sys.stderr, flush=True)
+    losses.Loss("logloss").grad_hess(np.zeros((3, 1)), np.zeros((3, 1)))
+    """
+)
+
+
+def test_no_compile_notice_silences_the_notice_within_its_block_only(tmp_path: Path) -> None:
+    """Kernels compiled within ``no_compile_notice`` (the command line's ``--quiet``) say nothing
+    on stderr; the next compile outside it says the one line."""
+    env = {**_bare_env(), "PYTHONPATH": str(ROOT), "NUMBA_CACHE_DIR": str(tmp_path / "cache"),
+           "INFLUENCE_GBDT_PRECOMPILED": "0"}
+    out = subprocess.run([sys.executable, "-c", _SILENCED_PROBE], capture_output=True, text=True,
+                         cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout.split("\n")[0]) > 0  # kernels compiled within the block
+    before, after = out.stderr.split("-- block left --")
+    assert before == "" and after.count("influence-gbdt: compiling its kernels") == 1
