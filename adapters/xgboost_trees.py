@@ -25,6 +25,7 @@ import xgboost as xgb
 from numpy.typing import NDArray
 
 from influence_gbdt.errors import UnsupportedModelError
+from influence_gbdt.losses import margin32
 from influence_gbdt.trees import MISSING_NAN, StructureBuilder, TreeStructure
 
 from .trees import ModelTrees
@@ -117,10 +118,8 @@ class XGBoostTrees(ModelTrees):
         base = np.asarray(json.loads(params["base_score"]), dtype=np.float32).astype(np.float64).ravel()
         n_class = int(params.get("num_class", "0"))
         n_outputs = max(n_class, int(params.get("num_target", "1")), base.size, 1)
-        if link == "logit":
-            base = np.log(base / (1.0 - base))
-        elif link == "log":
-            base = np.log(base)
+        if link != "identity":  # as XGBoost computes the margin it starts from
+            base = margin32(base, link + "32")
         base = np.broadcast_to(base, (n_outputs,)).copy()
         n_trees = int(model["iteration_indptr"][self.n_rounds]) if "iteration_indptr" in model else None
         trees = model["trees"][:n_trees]

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from . import _jit as numba
 from ._cmath32 import expf, logf
@@ -98,6 +98,17 @@ LOSSES: tuple[str, ...] = tuple(_SPECS)
 LINKS: tuple[str, ...] = ("identity", "logit", "log", "log_share", "logit32", "log32", "log_share_centered32")
 #: The clip of a mean under the ``logit32`` link: XGBoost's ``kRtEps``.
 LOGIT32_CLIP = 1e-6
+
+
+def margin32(mean: ArrayLike, link: str) -> NDArray[np.float64]:
+    """The margin of a float32 mean under the ``logit32`` or ``log32`` link, any shape: XGBoost's
+    ``ProbToMargin``, ``-logf(1 / b - 1)`` with ``b`` clipped to [1e-6, 1 - 1e-6] or ``logf(b)``,
+    in float32 arithmetic with the C library's ``logf`` (:mod:`._cmath32`)."""
+    b, one = np.asarray(mean, dtype=np.float32), np.float32(1.0)
+    if link == "logit32":
+        b = one / np.clip(b, np.float32(LOGIT32_CLIP), one - np.float32(LOGIT32_CLIP)) - one
+    out = logf(b).astype(np.float64)
+    return -out if link == "logit32" else out
 
 
 def sigmoid32(margin: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -264,12 +275,8 @@ class Loss:
         if link == "logit":
             mean = np.clip(mean, 1e-15, 1.0 - 1e-15)
             return np.log(mean / (1.0 - mean)) / self.params.get("sigma", 1.0)
-        if link in ("logit32", "log32"):  # XGBoost's ProbToMargin on the float32 mean, with C's logf
-            b, one = np.asarray(mean, dtype=np.float32), np.float32(1.0)
-            if link == "logit32":
-                b = one / np.clip(b, np.float32(LOGIT32_CLIP), one - np.float32(LOGIT32_CLIP)) - one
-            out = logf(b).astype(np.float64)
-            return -out if link == "logit32" else out
+        if link in ("logit32", "log32"):
+            return margin32(mean, link)
         if link == "log":
             with np.errstate(divide="ignore"):
                 return np.log(mean)

@@ -427,3 +427,19 @@ def test_readers_refuse_what_they_cannot_read() -> None:
         read_trees(cb.CatBoostClassifier())
     with pytest.raises(UnsupportedModelError, match="not a supported model"):
         read_trees(object())
+
+
+@pytest.mark.parametrize("objective", ["binary:logistic", "count:poisson", "reg:gamma"])
+def test_xgboost_base_margin_is_the_one_xgboost_starts_from(objective: str) -> None:
+    """XGBoost stores its base score through the link and derives the margin in float32 with the C
+    library's ``logf``: the reader's margin is that one, bit for bit (a model of one round with
+    ``learning_rate=0`` predicts its base margin everywhere)."""
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(300, 3))
+    for seed in range(8):
+        y = np.random.default_rng(seed).poisson(1.0 + seed / 3, 300).astype(float)
+        y = (y > 1).astype(float) if objective == "binary:logistic" else y + 0.01 * (objective == "reg:gamma")
+        cls = xgb.XGBClassifier if objective == "binary:logistic" else xgb.XGBRegressor
+        zero = cls(n_estimators=1, learning_rate=0.0, objective=objective).fit(X, y)
+        expected = zero.predict(X[:1], output_margin=True).astype(np.float64).ravel()
+        np.testing.assert_array_equal(trees_for(zero).structure.base_margin, expected)
