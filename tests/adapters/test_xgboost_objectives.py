@@ -421,6 +421,7 @@ ESTIMATED = {
     "logistic": ({"objective": "binary:logistic"}, "binary"),
     "logistic_spw": ({"objective": "binary:logistic", "scale_pos_weight": 3.0}, "binary"),
     "squarederror": ({"objective": "reg:squarederror"}, "regression"),
+    "squarederror_spw": ({"objective": "reg:squarederror", "scale_pos_weight": 2.0}, "count"),
 }
 # Where the re-estimated base is not XGBoost's bit for bit (measured), the tolerance and why:
 # - XGBoost computes the pseudo-Huber gradients of its Newton step in float32 arithmetic (the engine
