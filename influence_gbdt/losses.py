@@ -99,6 +99,11 @@ LINKS: tuple[str, ...] = ("identity", "logit", "log", "log_share", "logit32", "l
 #: The clip of a mean under the ``logit32`` link: XGBoost's ``kRtEps``.
 LOGIT32_CLIP = 1e-6
 
+#: Floor of a class share under the ``log_share`` link: LightGBM's ``kEpsilon`` (``1e-15f``, a float,
+#: so 1.0000000036e-15), which its multiclass init score ``log(max(kEpsilon, share))`` uses. A class
+#: that never occurs in the labels starts at log of this.
+SHARE_FLOOR = float(np.float32(1e-15))
+
 
 def margin32(mean: ArrayLike, link: str) -> NDArray[np.float64]:
     """The margin of a float32 mean under the ``logit32`` or ``log32`` link, any shape: XGBoost's
@@ -118,10 +123,6 @@ def sigmoid32(margin: NDArray[np.float64]) -> NDArray[np.float64]:
     one = np.float32(1.0)
     x = np.minimum(-np.asarray(margin, dtype=np.float32), np.float32(88.7))
     return (one / (expf(x) + one + np.float32(1e-16))).astype(np.float64)
-#: Floor of a class share under the ``log_share`` link: LightGBM's ``kEpsilon`` (``1e-15f``, a float,
-#: so 1.0000000036e-15), which its multiclass init score ``log(max(kEpsilon, share))`` uses. A class
-#: that never occurs in the labels starts at log of this.
-SHARE_FLOOR = float(np.float32(1e-15))
 
 
 @dataclass(frozen=True)

@@ -341,7 +341,9 @@ class InfluenceEngine:
         """LeafRefit of a group of training rows deleted together: ``L(F(x_j)) - L(F_without(x_j))``
         (``on="prediction"``: ``F(x_j) - F_without(x_j)``), every tree's structure kept and its leaf
         values recomputed on the rows that remain, tree by tree at their new margins (as
-        ``update_set="all_points"``).
+        ``update_set="all_points"``). The change is measured against the same replay of every row
+        where the stored leaf values are further from the recomputed ones than float64 rounding
+        (:data:`GROUP_REFERENCE_ABOVE`), so that a group whose deletion changes nothing scores 0.
 
         Parameters
         ----------
