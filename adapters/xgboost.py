@@ -18,7 +18,8 @@ reg:pseudohubererror                            exact (huber_slope; base = one N
 reg:absoluteerror, reg:quantileerror (1 alpha)  exact LeafRefit (renewed leaves = XGBoost's weighted
                                                 quantile); LeafInfluence is the a.e. derivative
                                                 (hist / approx only)
-multi_strategy="multi_output_tree"              refused: vector leaves, one tree for all outputs
+multi_strategy="multi_output_tree"              exact (vector leaves: one tree per output sharing
+                                                its leaves; a component below min_child_weight stays 0)
 rank:*                                          refused: a row's gradient depends on its whole query
                                                 group and the current ranking
 survival:cox, survival:aft                      refused: censored labels and risk sets couple rows
@@ -293,19 +294,53 @@ class XGBoostAdapter(BoosterAdapter):
         model = json.loads(self.booster.save_raw("json"))["learner"]["gradient_booster"]["model"]
         n_trees = int(model["iteration_indptr"][self.n_rounds])
         trees = model["trees"][:n_trees]
-        #: Output (class, target) and round of every explained tree, shape (n_trees,).
-        self._tree_output = np.asarray(model["tree_info"][:n_trees], dtype=np.int64)
+        #: Outputs each of XGBoost's trees adds to: 1, or K for vector leaves (multi_output_tree),
+        #: whose tree is described as K trees of one round sharing its leaves, one per output.
+        self._vector = int(trees[0]["tree_param"].get("size_leaf_vector", "1")) if trees else 1
+        self._vector = max(self._vector, 1)
+        #: Output (class, target) and round of every described tree, shape (n_trees * _vector,).
         indptr = np.asarray(model["iteration_indptr"][: self.n_rounds + 1], dtype=np.int64)
-        self._tree_round = np.repeat(np.arange(self.n_rounds), np.diff(indptr))
+        rounds = np.repeat(np.arange(self.n_rounds), np.diff(indptr))
+        self._tree_round = np.repeat(rounds, self._vector)
         flat = JsonTrees.read(trees)
-        leaf_values = flat.condition[flat.leaf_number >= 0]  # tree by tree, in leaf-number order
         roots = flat.start[:-1]
+        self._walker = NumericTrees.of(flat)
+        if self._vector > 1:
+            self._tree_output = np.tile(np.arange(self._vector, dtype=np.int64), n_trees)
+            values = self._vector_leaves(trees, flat)
+            return flat.leaf_number, roots.copy(), values, np.full(len(values), self.eta)
+        self._tree_output = np.asarray(model["tree_info"][:n_trees], dtype=np.int64)
+        leaf_values = flat.condition[flat.leaf_number >= 0]  # tree by tree, in leaf-number order
         hessian = np.fromiter((tree["sum_hessian"][0] for tree in trees), dtype=np.float64, count=n_trees)
         # A root-only tree storing 0 because its hessian sum is below min_child_weight: rate 0.
         zero = (flat.left[roots] < 0) & (flat.condition[roots] == 0) & (hessian < self.min_child_weight)
         rates = np.where(zero & (not self.objective.renewed), 0.0, self.eta)
-        self._walker = NumericTrees.of(flat)
         return flat.leaf_number, roots.copy(), np.split(leaf_values, np.cumsum(flat.n_leaves)[:-1]), rates
+
+    def _vector_leaves(self, trees: list[dict[str, Any]], flat: JsonTrees) -> list[NDArray[np.float64]]:
+        """The leaf values of vector-leaf trees, one array per output of each tree (tree by tree,
+        output by output), in leaf-number order: a leaf node's vector is row ``right_children[node]``
+        of ``leaf_weights`` read as (leaves, K)."""
+        K = self._vector
+        out: list[NDArray[np.float64]] = []
+        for t, tree in enumerate(trees):
+            leaf_nodes = np.flatnonzero(flat.leaf_number[flat.start[t] : flat.start[t + 1]] >= 0)
+            slot = np.asarray(tree["right_children"], dtype=np.int64)[leaf_nodes]
+            vectors = np.asarray(tree["leaf_weights"], dtype=np.float64).reshape(-1, K)[slot]
+            out.extend(np.ascontiguousarray(vectors[:, k]) for k in range(K))
+        return out
+
+    def _leaf_l2(self) -> float | list[NDArray[np.float64]]:
+        """Each leaf's L2 term: ``lambda``, and for vector leaves infinite where XGBoost stored an
+        output's component as 0. XGBoost computes each component as a one-output leaf of that
+        output's sums (``CalcWeight``), which is 0 where its hessian sum is below
+        ``min_child_weight``; the split constraint is on the sum over the outputs, so such
+        components sit inside grown leaves. An infinite L2 term keeps the component at 0 in the
+        replay, its derivatives 0, and 0 without a row (deleting rows only lowers its hessian sum).
+        A Newton component is exactly 0 only where its gradient sum is 0 or within ``alpha``."""
+        if self._vector == 1 or self.min_child_weight <= 0:
+            return float(self.reg_lambda)
+        return [np.where(v == 0.0, np.inf, float(self.reg_lambda)) for v in self._leaf_values]
 
     # ----------------------------------------------------------------------------- data access
     def model_features(self) -> tuple[int, list[str] | None]:
@@ -373,8 +408,8 @@ class XGBoostAdapter(BoosterAdapter):
             return np.asarray(booster.predict(dm, validate_features=hasattr(X, "columns"), **kwargs))
 
     def leaf_indices(self, X: Any) -> NDArray[np.int32]:
-        """Leaf of every row in every explained tree, ndarray of shape (n_trees, n_rows), int32,
-        ``0 .. n_leaves-1``.
+        """Leaf of every row in every described tree, ndarray of shape (n_trees, n_rows), int32,
+        ``0 .. n_leaves-1`` (a vector-leaf tree's row repeated for each of its outputs).
 
         Many rows of a dense numeric ``X`` are walked through the trees by our own kernel
         (:mod:`.xgboost_leaves`, 2-3x faster than ``pred_leaf``), which is checked against XGBoost's
@@ -382,6 +417,11 @@ class XGBoostAdapter(BoosterAdapter):
         differ). Otherwise XGBoost's ``pred_leaf``, :data:`_LEAF_ROWS` rows at a time: its float32
         node ids for all rows, and int64 copies of them, would be 4-24 bytes per tree and row on top
         of the result (2.8 GB at 1e6 rows x 100 trees)."""
+        leaves = self._tree_leaves(X)
+        return np.repeat(leaves, self._vector, axis=0) if self._vector > 1 else leaves
+
+    def _tree_leaves(self, X: Any) -> NDArray[np.int32]:
+        """:meth:`leaf_indices` per tree of XGBoost's, shape (XGBoost's trees, n_rows)."""
         n = n_rows(X)
         if self._walker is not None and not one_thread(n, self._node_offset.size):
             rows = float32_rows(X, self.missing)
@@ -521,7 +561,7 @@ class XGBoostAdapter(BoosterAdapter):
             tree_round=self._tree_round,
             learning_rate=self._tree_rate,
             newton=True,
-            l2=self.reg_lambda,
+            l2=self._leaf_l2(),
             l1=self.reg_alpha,
             max_delta_step=self.max_delta_step,
             renewed=obj.renewed,

@@ -43,7 +43,11 @@ function of the float32 cumulative weight with weights; *any* weight vector, eve
 the weighted path). tree_method="exact" does not renew (its updater keeps no row positions) and is
 refused for these objectives.
 
-Refused, by name: ``multi_strategy="multi_output_tree"`` (vector leaves), ``rank:*`` (a row's
+``multi_strategy="multi_output_tree"`` (vector leaves: one tree for every output, each output's
+component its own Newton leaf) is described as one tree per output sharing the leaves (see
+:meth:`~influence_gbdt.adapters.xgboost.XGBoostAdapter._leaf_l2` for the components it zeroes).
+
+Refused, by name: ``rank:*`` (a row's
 gradient depends on every row of its query group and on the ranking itself; see docs), survival
 objectives, ``reg:squaredlogerror`` (its hessian floor and margin clamp are not in the engine's
 loss table), ``binary:hinge``, several quantile alphas or several targets for a renewed or
@@ -168,13 +172,6 @@ def objective_from_config(config: dict[str, Any]) -> Objective:
         )
     model_param = config["learner_model_param"]
     n_targets = max(int(model_param.get("num_target", "1")), 1)
-    strategy = config["learner_train_param"].get("multi_strategy", "one_output_per_tree")
-    if strategy != "one_output_per_tree" and (n_targets > 1 or name in _MULTICLASS):
-        raise UnsupportedModelError(
-            f"XGBoost model trained with multi_strategy={strategy!r}: its vector leaves are one tree "
-            "for all outputs, which the engine does not model. Retrain with "
-            "multi_strategy='one_output_per_tree' (the default)."
-        )
     spw = _param(obj.get("reg_loss_param", {}), "scale_pos_weight", 1.0)
     if abs(spw - 1.0) > RT_EPS and name not in (*_LOGISTIC, "binary:logitraw", "reg:squarederror"):
         raise UnsupportedModelError(

@@ -174,7 +174,9 @@ class TreeEnsemble:
     learning_rate, l1, max_delta_step : ndarray of shape (T,), float64
         Shrinkage; L1 soft threshold on G; clip of each step (0 = none).
     l2 : ndarray of shape (n_total,), float64
-        Per-leaf L2 term (e.g. LightGBM's lambda_l2 + cat_l2 below categorical splits).
+        Per-leaf L2 term (e.g. LightGBM's lambda_l2 + cat_l2 below categorical splits); ``inf``
+        for a leaf the booster set to 0, which stays 0 (XGBoost's vector-leaf components whose
+        hessian sum is below min_child_weight).
     l2_per_mean_weight : ndarray of shape (T,), float64
         L2 term per unit of the mean effective weight ``sum(w) / n`` (CatBoost's l2_leaf_reg).
     n_steps : ndarray of shape (T,), int64
@@ -535,7 +537,7 @@ class TreeEnsemble:
                 l2_arr = np.full(values.size, float(l2_arr))
             elif l2_arr.shape == (n_trees,) and n_trees != values.size:
                 l2_arr = np.repeat(l2_arr, counts)
-        if l2_arr.shape != values.shape or np.any(l2_arr < 0) or not np.all(np.isfinite(l2_arr)):
+        if l2_arr.shape != values.shape or np.any(l2_arr < 0) or np.any(np.isnan(l2_arr)):
             raise InputError("l2 must be non-negative: a scalar, one value per tree or per leaf.")
 
         if step_scales is None:

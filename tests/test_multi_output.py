@@ -256,14 +256,20 @@ def _xgb_targets(X: Any, labels: np.ndarray) -> Any:
     return xgb.XGBRegressor(n_estimators=30).fit(X, labels)  # the default: one tree per target
 
 
+def _xgb_vector_targets(X: Any, labels: np.ndarray) -> Any:
+    return xgb.XGBRegressor(n_estimators=30, multi_strategy="multi_output_tree").fit(X, labels)
+
+
 def _cb_multirmse(X: Any, labels: np.ndarray) -> Any:
     return cb.CatBoostRegressor(loss_function="MultiRMSE", iterations=30, verbose=0,
                                 allow_writing_files=False).fit(X, labels)
 
 
 @pytest.mark.parametrize(("make", "classes"),
-                         [(_one_vs_all, True), (_xgb_targets, False), (_cb_multirmse, False)],
-                         ids=["lightgbm-multiclassova", "xgboost-multi-target", "catboost-multirmse"])
+                         [(_one_vs_all, True), (_xgb_targets, False), (_xgb_vector_targets, False),
+                          (_cb_multirmse, False)],
+                         ids=["lightgbm-multiclassova", "xgboost-multi-target", "xgboost-vector-leaves",
+                              "catboost-multirmse"])
 def test_multi_output_defaults_score_the_same_on_a_team_of_any_size(make: Callable[..., Any],
                                                                        classes: bool) -> None:
     """One-vs-all and multi-target models, near their defaults, on 3 chunks of training rows

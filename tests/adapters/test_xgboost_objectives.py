@@ -77,6 +77,11 @@ OBJECTIVES = {
     "softprob": ({"objective": "multi:softprob", "num_class": 4, "eta": 0.1}, "classes", False),
     "softmax_w": ({"objective": "multi:softmax", "num_class": 4, "lambda": 2.0}, "classes", True),
     "multi_target": ({"objective": "reg:squarederror", "tree_method": "hist"}, "targets", True),
+    # vector leaves: one tree for every output; min_child_weight 20 zeroes some classes' components
+    "softprob_vector": ({"objective": "multi:softprob", "num_class": 4, "min_child_weight": 20.0,
+                         "multi_strategy": "multi_output_tree"}, "classes", True),
+    "multi_target_vector": ({"objective": "reg:squarederror", "multi_strategy": "multi_output_tree"},
+                            "targets", False),
 }
 
 
@@ -252,6 +257,10 @@ USER_MODELS = {
                                      "random", False),
     "early stopping, 10 classes": ({"n_estimators": 200, "early_stopping_rounds": 3, "max_depth": 3}, 10,
                                    False, False, None, True),
+    "vector leaves, pandas, early stopping": ({"multi_strategy": "multi_output_tree", "n_estimators": 200,
+                                              "early_stopping_rounds": 3}, 4, True, True, None, True),
+    "vector leaves, sample_weight": ({"multi_strategy": "multi_output_tree", "n_estimators": 30}, 3, True,
+                                     False, "random", False),
 }
 
 
@@ -314,7 +323,6 @@ def test_multiclass_user_models(name):
         ({"objective": "reg:quantileerror", "quantile_alpha": [0.1, 0.9]}, "one model per target or alpha"),
         ({"objective": "reg:absoluteerror", "tree_method": "exact"}, "tree_method='exact'"),
         ({"objective": "reg:gamma", "scale_pos_weight": 2.0}, "scale_pos_weight"),
-        ({"objective": "reg:squarederror", "multi_strategy": "multi_output_tree"}, "multi_output_tree"),
     ],
 )
 def test_refused_objectives_name_the_cause(data, params, match):
@@ -431,7 +439,7 @@ ESTIMATED = {
 #   float32 (the engine in float64): that sum's rounding, a random walk of N steps of eps32 / 2 of
 #   the running sum (x4 for the tails), is a relative error of each share, and so of its log.
 NEAR = {("pseudohuber", False), ("pseudohuber", True), ("absoluteerror", True)}
-SUMMED_IN_FLOAT32 = {("softprob", True), ("softmax_w", True)}
+SUMMED_IN_FLOAT32 = {("softprob", True), ("softmax_w", True), ("softprob_vector", True)}
 
 
 @pytest.mark.parametrize("weighted", [False, True])
@@ -466,3 +474,31 @@ def test_the_base_margin_and_its_refit_are_xgboosts_own(data, name, weighted):
         else:
             np.testing.assert_array_equal(b, expected)
     assert moved > 0 or name in ("absoluteerror", "quantile_w")  # a real comparison (a quantile may stay)
+
+
+def test_vector_leaf_components_below_min_child_weight_stay_zero(data):
+    """A vector leaf's component is XGBoost's one-output leaf of that output's sums, 0 where their
+    hessian sum is below min_child_weight (the split constraint is on the sum over the outputs, so
+    such components sit in grown leaves). They are described as leaves that stay 0: recomputed 0,
+    0 without any row (deleting rows only lowers the hessian sum), as in the retrained models."""
+    extra, target, _ = OBJECTIVES["softprob_vector"]
+    params = {"max_depth": 2, "eta": 0.3, **extra}
+    X, y, w = data["X"], data[target], data["w"]
+    bst = train(params, X, y, w, ROUNDS)
+    engine = XGBoostAdapter(bst).prepare(X, y, w)
+    e = engine.ensemble
+    frozen = np.isinf(e.l2)
+    assert 0 < frozen.sum() < frozen.size and (e.leaf_values[frozen] == 0).all()
+    assert (engine.leaf_values[frozen] == 0).all()
+    values, _ = engine.refit_leaf_values(PROBE[:10])
+    assert (values[:, frozen] == 0).all()
+    assert np.abs(values[:, ~frozen] - engine.leaf_values[~frozen]).max() > 0  # the others move
+    compared = 0
+    for i in PROBE[:10]:
+        keep = np.arange(N) != i
+        retrained = XGBoostAdapter(train(params, X[keep], y[keep], w[keep], ROUNDS))
+        if kept_margins(bst, retrained.booster, X, keep, data["Xt"]) is None:
+            continue
+        assert (retrained.describe(X[keep], y[keep], w[keep]).leaf_values[frozen] == 0).all()
+        compared += 1
+    assert compared >= 1
