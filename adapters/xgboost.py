@@ -217,6 +217,7 @@ class XGBoostAdapter(BoosterAdapter):
         self._single = self.booster.copy()
         self._single.set_param({"nthread": 1})
         self._leaf_map, self._node_offset, self._leaf_values, self._tree_rate = self._leaf_tables()
+        self._leaf_l2 = self._l2_terms()  # the L2 term of every described leaf
         self._cat = any(t == "c" for t in (self.booster.feature_types or []))
 
     # ----------------------------------------------------------------------------- construction
@@ -296,8 +297,7 @@ class XGBoostAdapter(BoosterAdapter):
         trees = model["trees"][:n_trees]
         #: Outputs each of XGBoost's trees adds to: 1, or K for vector leaves (multi_output_tree),
         #: whose tree is described as K trees of one round sharing its leaves, one per output.
-        self._vector = int(trees[0]["tree_param"].get("size_leaf_vector", "1")) if trees else 1
-        self._vector = max(self._vector, 1)
+        self._vector = max(int(trees[0]["tree_param"].get("size_leaf_vector", "1")) if trees else 1, 1)
         #: Output (class, target) and round of every described tree, shape (n_trees * _vector,).
         indptr = np.asarray(model["iteration_indptr"][: self.n_rounds + 1], dtype=np.int64)
         rounds = np.repeat(np.arange(self.n_rounds), np.diff(indptr))
@@ -330,7 +330,7 @@ class XGBoostAdapter(BoosterAdapter):
             out.extend(np.ascontiguousarray(vectors[:, k]) for k in range(K))
         return out
 
-    def _leaf_l2(self) -> float | list[NDArray[np.float64]]:
+    def _l2_terms(self) -> float | list[NDArray[np.float64]]:
         """Each leaf's L2 term: ``lambda``, and for vector leaves infinite where XGBoost stored an
         output's component as 0. XGBoost computes each component as a one-output leaf of that
         output's sums (``CalcWeight``), which is 0 where its hessian sum is below
@@ -561,7 +561,7 @@ class XGBoostAdapter(BoosterAdapter):
             tree_round=self._tree_round,
             learning_rate=self._tree_rate,
             newton=True,
-            l2=self._leaf_l2(),
+            l2=self._leaf_l2,
             l1=self.reg_alpha,
             max_delta_step=self.max_delta_step,
             renewed=obj.renewed,

@@ -45,7 +45,7 @@ refused for these objectives.
 
 ``multi_strategy="multi_output_tree"`` (vector leaves: one tree for every output, each output's
 component its own Newton leaf) is described as one tree per output sharing the leaves (see
-:meth:`~influence_gbdt.adapters.xgboost.XGBoostAdapter._leaf_l2` for the components it zeroes).
+:meth:`~influence_gbdt.adapters.xgboost.XGBoostAdapter._l2_terms` for the components it zeroes).
 
 Refused, by name: ``rank:*`` (a row's
 gradient depends on every row of its query group and on the ranking itself; see docs), survival
