@@ -236,6 +236,13 @@ class BoosterAdapter(ABC):
             "the model was trained with."
         )
 
+    @property
+    def base_hint(self) -> str:
+        """Likely causes of a base margin the booster's rule does not give on the data, for the
+        error message (:meth:`prepare`)."""
+        return ("Pass the labels and sample weights the model was trained with (and its init score, "
+                "if it had one).")
+
     def prepare(
         self,
         X: Any,
@@ -258,7 +265,9 @@ class BoosterAdapter(ABC):
         self.n_threads = n_threads
         ensemble = self.describe(X, y, sample_weight, init_score)
         check_weight_sum(float(ensemble.sample_weight.sum()))
-        return self.verify(InfluenceEngine(ensemble, n_threads=n_threads, cache_bytes=cache_bytes))
+        engine = self.verify(InfluenceEngine(ensemble, n_threads=n_threads, cache_bytes=cache_bytes))
+        engine.check_base_estimate(f"{self.library}: {self.base_hint}")
+        return engine
 
     def verify(self, engine: InfluenceEngine) -> InfluenceEngine:
         """Prove that ``engine`` (the description replayed) reproduces the model, and return the

@@ -233,6 +233,13 @@ class XGBoostAdapter(BoosterAdapter):
                 )
             if not hasattr(model, "_Booster"):
                 raise UnsupportedModelError(f"{type(model).__name__} is not fitted: call fit(X, y) first.")
+            if callable(model.objective):
+                raise UnsupportedModelError(
+                    f"{type(model).__name__} trained with a custom objective (a Python callable): its "
+                    "gradients are not part of the model, and XGBoost does not estimate a base score for it, "
+                    "so leaf values and the base score cannot be reproduced. Retrain with a built-in "
+                    "objective."
+                )
             booster = model.get_booster()
         else:
             raise UnsupportedModelError(f"{type(model).__name__} is not an XGBoost Booster or sklearn model.")
@@ -485,7 +492,9 @@ class XGBoostAdapter(BoosterAdapter):
             "If the model was reloaded with load_model, XGBoost dropped its training parameters (eta reads "
             "back as 0.3): pass them as params={'eta': ..., 'lambda': ..., 'alpha': ..., 'max_delta_step': "
             "..., 'min_child_weight': ...}. Otherwise pass exactly the training rows in training order, with "
-            "the labels, sample weights and base_margin (init_score) the model was trained with."
+            "the labels, sample weights and base_margin (init_score) the model was trained with. (A Booster "
+            "trained with a custom objective, xgb.train(obj=...), cannot be reproduced: its gradients are "
+            "not in the model.)"
         )
 
     def verify(self, engine: InfluenceEngine) -> InfluenceEngine:
@@ -581,6 +590,13 @@ class XGBoostAdapter(BoosterAdapter):
             float32_base=True,  # XGBoost stores its estimate as a float32, its link computes in float32
             float32_base_terms=rule == "newton_step",  # its Newton step sums float32 gradient pairs
         )
+
+    @property
+    def base_hint(self) -> str:
+        """A Booster trained with a custom objective (``xgb.train(obj=...)``) keeps base_score 0.5:
+        XGBoost estimates none for it, and its gradients are not in the model."""
+        return (super().base_hint + " A Booster trained with a custom objective (xgb.train(obj=...)) keeps "
+                "base_score 0.5, unestimated, and is not supported: retrain with a built-in objective.")
 
     def _base_rule(self, init_score: ArrayLike | None) -> str:
         """How a retrain would re-estimate the base score (module docstring)."""

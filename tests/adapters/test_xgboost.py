@@ -324,6 +324,23 @@ def test_unfitted_and_foreign_models_are_refused():
         XGBoostAdapter(bst, params={"subsample": 0.5})  # a reloaded model's lost setting, stated
 
 
+def test_custom_objectives_are_refused(data):
+    """A Python objective's gradients are not in the model, and XGBoost estimates no base score for
+    it (0.5 stays): re-estimating one would move every row's score (measured: 20-50x off). The
+    scikit-learn model names it; a Booster's base score is not the one the rule gives its labels."""
+    X, y = data["X"][:300], data["regression"][:300] + 3.0
+
+    def squared_error(y_true, pred, sample_weight=None):
+        return pred - y_true, np.ones_like(pred)
+
+    with pytest.raises(UnsupportedModelError, match="custom objective"):
+        XGBoostAdapter(xgb.XGBRegressor(objective=squared_error, n_estimators=3).fit(X, y))
+    bst = xgb.train({"max_depth": 2}, xgb.DMatrix(X, y), 3,
+                    obj=lambda p, d: (p - d.get_label(), np.ones_like(p)))
+    with pytest.raises(ReproductionError, match=r"base margin \[0\.5\].*custom objective"):
+        XGBoostAdapter(bst).prepare(X, y)
+
+
 def test_sklearn_missing_value_is_the_one_prediction_uses(data):
     # XGBClassifier(missing=0): rows holding 0 go where predict sends them, not down the NaN branch.
     X = np.round(data["X"]).astype(float)  # about 40% exact zeros
