@@ -22,7 +22,7 @@ from influence_gbdt.engine import DEFAULT_CACHE_BYTES, InfluenceEngine
 from influence_gbdt.ensemble import TreeEnsemble, check_weight_sum
 from influence_gbdt.errors import InfluenceError, InputError, booster_message
 from influence_gbdt.labels import LabelMap
-from influence_gbdt.tabular import n_rows
+from influence_gbdt.tabular import n_rows, take_rows
 
 #: Most rows x trees a booster predicts on one thread (see :func:`one_thread`): about 5 ms on one
 #: thread (LightGBM and XGBoost, Adult's defaults: 19-21 ns per row and tree).
@@ -115,6 +115,26 @@ class BoosterAdapter(ABC):
         init_score: ArrayLike | None = None,
     ) -> TreeEnsemble:
         """Describe the model on its training data (no self-check; see :meth:`prepare`)."""
+
+    def describe_without(
+        self,
+        X: Any,
+        y: ArrayLike,
+        sample_weight: ArrayLike | None,
+        init_score: ArrayLike | None,
+        deleted: NDArray[np.int64],
+    ) -> TreeEnsemble:
+        """Describe the model on its training data (``X``, ``y``, ... as given to :meth:`describe`)
+        with the rows ``deleted`` (positions) taken out, each remaining row routed as in training:
+        what ``score_group`` refits. By default :meth:`describe` of the remaining rows, where a
+        row's leaves do not depend on the other rows (XGBoost, LightGBM)."""
+        keep = np.ones(n_rows(X), dtype=bool)
+        keep[deleted] = False
+        return self.describe(
+            take_rows(X, np.flatnonzero(keep)), np.asarray(y)[keep],
+            None if sample_weight is None else np.asarray(sample_weight)[keep],
+            None if init_score is None else np.asarray(init_score)[keep],
+        )
 
     @abstractmethod
     def leaf_indices(self, X: Any) -> NDArray[np.int32]:

@@ -314,6 +314,32 @@ class CatBoostAdapter(BoosterAdapter):
         weights without each row (``dataset_factor_without``). ``init_score`` (n,) is the baseline
         the model was trained with.
         """
+        return self._describe(X, y, sample_weight, init_score, None)
+
+    def describe_without(
+        self,
+        X: Any,
+        y: ArrayLike,
+        sample_weight: ArrayLike | None,
+        init_score: ArrayLike | None,
+        deleted: NDArray[np.int64],
+    ) -> TreeEnsemble:
+        """:meth:`describe` with the rows ``deleted`` taken out (see
+        :meth:`BoosterAdapter.describe_without`). The remaining rows keep the leaves they had in
+        training (with CTRs, the online CTRs of the whole training set: recomputed without the rows
+        they would change, and with them the leaves, which no fixed-structure method models) and
+        their place in its shuffle; ``auto_class_weights`` are derived from the remaining rows, as
+        CatBoost would derive them."""
+        keep = np.ones(n_rows(X), dtype=bool)
+        keep[deleted] = False
+        return self._describe(X, y, sample_weight, init_score, keep)
+
+    def _describe(
+        self, X: Any, y: ArrayLike, sample_weight: ArrayLike | None, init_score: ArrayLike | None,
+        keep: NDArray[np.bool_] | None,
+    ) -> TreeEnsemble:
+        """:meth:`describe` (``keep`` None) or :meth:`describe_without` (``keep`` (n,): the rows
+        that remain)."""
         n = n_rows(X)
         labels = self._labels(y)
         if labels.shape[0] != n:
@@ -339,6 +365,13 @@ class CatBoostAdapter(BoosterAdapter):
             # order, CatBoostClassifier(one_hot_max_size=255) on Adult decides 1-3 of its ~10,000
             # tries otherwise; in shuffled order every tree is reproduced to 3e-15).
             order = catboost_ctr.fold_permutations(n, self._p)[0]
+        offset = self.init_offset(X, init_score)
+        if keep is not None:  # the remaining rows, as trained; their class weights derived anew
+            labels, user_w, groups, offset = labels[keep], user_w[keep], groups[keep], offset[keep]
+            leaf_index = leaf_index[:, keep]
+            if order is not None:  # the shuffle's order of the remaining rows, renumbered
+                order = (np.cumsum(keep) - 1)[order[keep[order]]]
+            class_weights, without = self._class_weights(groups, user_w, class_weights.size, derive=True)
         counts = np.asarray(self.model.get_tree_leaf_counts(), dtype=np.int64)
         scale, bias = self.model.get_scale_and_bias()
         values = np.asarray(self.model.get_leaf_values(), dtype=np.float64) * float(scale)
@@ -366,7 +399,7 @@ class CatBoostAdapter(BoosterAdapter):
             quantile_weighted=sample_weight is not None, quantile_delta=o.quantile_delta,
             base_margin=np.atleast_1d(np.asarray(bias, dtype=np.float64)),
             base_rule=("quantile" if o.renewed else "mean") if from_average else "fixed",
-            init_offset=self.init_offset(X, init_score), y=labels, user_weight=user_w,
+            init_offset=offset, y=labels, user_weight=user_w,
             weight_group=groups, dataset_factor=class_weights, float32_weights=True,
             dataset_factor_without=without, float32_l2=K > 1 and newton, float32_base=True,
             float32_base_terms=True,
@@ -393,10 +426,14 @@ class CatBoostAdapter(BoosterAdapter):
         return rebuilt.leaves, rebuilt.averaging
 
     def _class_weights(
-        self, classes: NDArray[np.int64], user_w: NDArray[np.float64]
+        self, classes: NDArray[np.int64], user_w: NDArray[np.float64], k: int | None = None,
+        derive: bool = False,
     ) -> tuple[NDArray[np.float64], NDArray[np.float64] | None]:
         """Class weights (one per class index, float32 values) and, for ``auto_class_weights``, the
         class weights CatBoost derives with each row deleted, ndarray of shape (n, n_classes).
+        ``k``: the number of classes (default: the largest class index + 1). ``derive``: derive
+        ``auto_class_weights`` from these rows instead of checking them against the stored ones
+        (rows deleted from the training data).
 
         Raises
         ------
@@ -415,7 +452,9 @@ class CatBoostAdapter(BoosterAdapter):
         threads = int(self.model.get_params().get("thread_count", -1) or -1)
         blocks = threads if threads > 0 else os.cpu_count() or 1  # one block of rows per thread
         sums = _class_sums(classes, user_w, k, blocks)
-        if not np.array_equal(_auto_weights(kind, sums), weights):
+        if derive:
+            weights = _auto_weights(kind, sums)
+        elif not np.array_equal(_auto_weights(kind, sums), weights):
             raise ReproductionError(
                 f"The model's auto_class_weights={kind!r} derived class weights {weights.tolist()} from "
                 f"its training data; the labels and sample weights given give "

@@ -454,11 +454,8 @@ class BoostingInfluence:
         if keep.all():  # deleting nothing retrains the same model
             scores = np.zeros(1 if aggregate else np.shape(test.leaf_index)[1])
         else:
-            without = self.adapter_.describe(
-                take_rows(X_model, np.flatnonzero(keep)), np.asarray(y_model)[keep],
-                None if weights is None else np.asarray(weights)[keep],
-                None if offsets is None else np.asarray(offsets)[keep],
-            )
+            deleted = np.flatnonzero(~keep)
+            without = self.adapter_.describe_without(X_model, y_model, weights, offsets, deleted)
             scores = engine.group_refit(test, without, refit_base=self.base_score == "refit", on=on,
                                         aggregate=aggregate, output=column)
         if aggregate is not None:

@@ -191,6 +191,53 @@ def test_a_group_of_one_row_is_its_leaf_refit_for_every_leaf_rule(case: int, fra
         _close(ex, X_test, alone, one.iloc[0], library)
 
 
+def test_catboost_class_weights_derived_from_the_rows_that_remain(frames: tuple) -> None:
+    """``auto_class_weights`` are derived from the training rows: retraining without the group
+    derives them from the rows that remain (here 1.4540 -> 1.4568), and so does the group's
+    refit. Ground truth: CatBoost retrained without the group, on features of few values (its
+    borders stay) with a structure checked to be the same."""
+    import catboost as cb
+
+    X, _, X_test, _ = frames
+    X, X_test = (X * 2).round(), (X_test * 2).round()
+    y = (X.to_numpy() @ np.linspace(-1, 1, X.shape[1]) > 0.8).astype(int)
+    settings = {"iterations": 6, "depth": 2, "auto_class_weights": "Balanced", "random_strength": 0,
+                "bootstrap_type": "No", "thread_count": 1, "verbose": 0, "allow_writing_files": False}
+    model = cb.CatBoostClassifier(**settings).fit(X, y)
+    group = [10, 20]
+    rest = np.setdiff1d(np.arange(len(X)), group)
+    retrained = cb.CatBoostClassifier(**settings).fit(X.iloc[rest], y[rest])
+    assert retrained.get_all_params()["class_weights"] != model.get_all_params()["class_weights"]
+    for rows in (X.iloc[rest], X_test):  # the same trees: the retrained leaves are the refit's reference
+        np.testing.assert_array_equal(model.calc_leaf_indexes(rows), retrained.calc_leaf_indexes(rows))
+    truth = (model.predict(X_test, prediction_type="RawFormulaVal")
+             - retrained.predict(X_test, prediction_type="RawFormulaVal"))
+    ex = BoostingInfluence(model, progress=False).fit(X, y)
+    together = ex.score_group(X_test, training_points=group, on="prediction")
+    assert np.abs(together - truth).max() <= 1e-9 * np.abs(truth).max()  # float64 rounding (measured 6e-14)
+
+
+def test_catboost_ctr_rows_keep_their_training_routing() -> None:
+    """With CTRs (CatBoost's default for a categorical feature) a row's training-time value of a
+    CTR depends on the rows before it in CatBoost's shuffle: the rows that remain keep the leaves
+    they had in training, as each row's LeafRefit keeps them, so a group of one row is its
+    LeafRefit score."""
+    import catboost as cb
+
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({"num": rng.normal(size=400), "cat": rng.choice(list("abcdefghij"), 400)})
+    y = ((X["num"] + (X["cat"] < "e") + 0.5 * rng.normal(size=400)) > 0.5).astype(int).to_numpy()
+    model = cb.CatBoostClassifier(iterations=10, thread_count=1, verbose=0, allow_writing_files=False,
+                                  cat_features=["cat"]).fit(X, y)
+    ex = BoostingInfluence(model, method="leaf_refit", progress=False).fit(X, y)
+    X_test = X.iloc[:15]
+    for row in (4, 250):
+        one = ex.score_training_points(X_test, training_points=[row], on="prediction")
+        alone = ex.score_group(X_test, training_points=[row], on="prediction")
+        assert np.abs(np.asarray(one)).max() > 0
+        _close(ex, X_test, alone, one.iloc[0], "catboost")
+
+
 def test_the_same_scores_on_any_number_of_threads() -> None:
     """The replay of the remaining rows splits them over the threads in chunks (three chunks
     here) and sums in a fixed order: one thread and three give the same bits."""
