@@ -21,7 +21,7 @@ from .errors import InputError, LongRunWarning, NotFittedError, ReproductionErro
 from .explanation import PredictionExplanation
 from .inputs import check_choice, check_rows, check_table, is_integer, is_sparse, n_columns
 from .pipelines import REPRODUCTION_HINT, unwrap
-from .results import Scores, keyed_table, point_labels, row_labels, tidy_scores
+from .results import Scores, keyed_table, label_columns, point_labels, row_labels, tidy_scores
 from .tabular import n_rows, take_rows
 
 _METHODS = ("leaf_influence", "leaf_refit")
@@ -32,7 +32,6 @@ _INFLUENCE_UNITS = ("row", "weight")
 _PARAMS = ("model", "method", "update_set", "k", "base_score", "progress", "params", "max_memory",
            "influence_unit", "n_threads")
 _SCORE_KWARGS = ("aggregate", "training_points", "on", "output", "init_score")
-_TABLE_COLUMNS = ("row", "score", "label")
 #: A run projected to need more than this many seconds warns once (LongRunWarning) with advice.
 LONG_RUN_SECONDS = 3600.0
 
@@ -510,9 +509,9 @@ class BoostingInfluence:
         """The ``n`` rows of ``rows`` (r,) with the largest (``harmful``) or smallest scores (r,)."""
         order = np.argsort(-scores if kind == "harmful" else scores, kind="stable")[: int(n)]
         picked = rows[order]
-        head = pd.DataFrame({"row": picked, "score": scores[order], "label": self._y_train[picked]})
+        head = pd.DataFrame({"row": picked, "score": scores[order], **label_columns(self._y_train[picked])})
         features = self._training_features(picked)
-        features.columns = _free_names(list(features.columns), _TABLE_COLUMNS)
+        features.columns = _free_names(list(features.columns), tuple(head.columns))
         return keyed_table(pd.concat([head, features], axis=1), self._train_index(), picked)
 
     def explain_prediction(
@@ -544,7 +543,8 @@ class BoostingInfluence:
         if n_rows(check_table(x, "x")) != 1:
             raise InputError("explain_prediction explains one test row: pass x.iloc[[j]] (and y[[j]]); "
                              "score_training_points scores several.")
-        labels = None if y is None else np.asarray(y, dtype=object).reshape(-1)
+        targets = self._y_train.ndim == 2 and self._y_train.shape[1] > 1  # a label is a vector of K targets
+        labels = None if y is None else np.asarray(y, dtype=object).reshape((1, -1) if targets else -1)
         on: Literal["loss", "prediction"] = "prediction" if labels is None else "loss"
         scores = np.asarray(self.score_training_points(x, labels, on=on, output=output),
                             dtype=np.float64).reshape(-1)
@@ -552,12 +552,14 @@ class BoostingInfluence:
         e = engine.ensemble
         margin = np.asarray(engine.predict_margin(test), dtype=np.float64).reshape(1, -1)
         proba = e.loss.class_probabilities(margin, test.y)
-        classes = self.adapter_.label_map().classes or range(0 if proba is None else proba.shape[1])
+        classes = list(self.adapter_.label_map().classes or range(0 if proba is None else proba.shape[1]))
+        if proba is not None and len(classes) == 1:  # one class trained: a binary model, class 1 unseen
+            proba = proba[:, :1]
         rows = np.arange(e.n_rows)
         index = self._train_index()
         return PredictionExplanation(
             test_row=x.index[0] if isinstance(x, pd.DataFrame) else 0,
-            label=None if labels is None else _plain(labels[0]),
+            label=None if labels is None else tuple(map(_plain, labels[0])) if targets else _plain(labels[0]),
             margin=margin[0],
             probabilities=None if proba is None else {_plain(c): p for c, p in zip(classes, proba[0].tolist(),
                                                                                    strict=True)},

@@ -25,7 +25,7 @@ from numpy.typing import ArrayLike, NDArray
 from .engine import InfluenceEngine
 from .errors import InputError
 from .inputs import check_choice, is_integer
-from .results import keyed_table
+from .results import keyed_table, label_columns
 
 Signal = Literal["disagreement", "self_influence", "test_influence"]
 _SIGNALS = ("disagreement", "self_influence", "test_influence")
@@ -188,8 +188,8 @@ def label_issue_table(
     ----------
     engine : InfluenceEngine
         A fitted explainer's engine.
-    labels : ndarray of shape (n_train,)
-        The training labels as given to ``fit``.
+    labels : ndarray of shape (n_train,) or (n_train, K)
+        The training labels as given to ``fit`` (K targets: columns ``label_0 ..``).
     index : pandas Index, optional
         The training rows' index labels (None: positions).
     test_influence : ndarray of shape (n_train,), optional
@@ -215,7 +215,7 @@ def label_issue_table(
     suspicion = columns[rank_by]
     order = np.argsort(-suspicion, kind="stable")[: None if n is None else int(n)]
     flagged = estimated_issue_count(engine, columns["disagreement"]) if n_issues is None else int(n_issues)
-    table = pd.DataFrame({"row": order, "suspicion": suspicion[order], "label": labels[order],
+    table = pd.DataFrame({"row": order, "suspicion": suspicion[order], **label_columns(labels[order]),
                           "is_label_issue": np.arange(order.size) < flagged})
     for name, values in columns.items():
         table[name] = values[order]

@@ -66,6 +66,14 @@ def point_labels(X_test: Any, n_test: int) -> pd.Index:
     return labels.rename("test") if labels.name is None else labels
 
 
+def label_columns(labels: NDArray[Any]) -> dict[str, NDArray[Any]]:
+    """A table's label column(s) for training rows' labels as given to ``fit``: ``label`` for
+    labels of shape (n,), or ``label_0 .. label_{K-1}`` for a multi-target model's (n, K)."""
+    if labels.ndim == 2 and labels.shape[1] > 1:
+        return {f"label_{k}": labels[:, k] for k in range(labels.shape[1])}
+    return {"label": labels.reshape(labels.shape[0])}
+
+
 def keyed_table(table: pd.DataFrame, train_index: pd.Index | None, rows: NDArray[np.int64]) -> pd.DataFrame:
     """``table`` (one line per training row ``rows``, its first column ``row`` their positions)
     indexed by those rows' own labels.

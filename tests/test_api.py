@@ -541,6 +541,19 @@ def test_explain_prediction_prints_plots_and_matches_the_booster(fitted: tuple) 
         ex.explain_prediction(X_test.iloc[:2], y_test[:2])
 
 
+@pytest.mark.parametrize("library", ["xgboost", "lightgbm"])  # CatBoost refuses to train on one class
+def test_explaining_a_classifier_trained_on_one_class(library: str) -> None:
+    """XGBoost and LightGBM train a binary model on labels of one class (``classes_ == [0]``): its
+    explanation gives that class the booster's own probability."""
+    X, _, X_test, _ = binary_data(n=60, n_test=3)
+    y = np.zeros(len(X), dtype=int)
+    model = default_model(library).fit(X, y)
+    told = BoostingInfluence(model, progress=False).fit(X, y).explain_prediction(X_test.iloc[[0]], [0])
+    assert told.probabilities is not None and list(told.probabilities) == [0]
+    p0 = float(model.predict_proba(X_test.iloc[[0]])[0, 0])
+    assert told.probabilities[0] == pytest.approx(p0, rel=1e-5)
+
+
 def _default_classifier(library: str, X: pd.DataFrame, y: np.ndarray) -> object:
     """The library's classifier with its defaults, fitted (XGBoost on encoded labels)."""
     if library == "xgboost":

@@ -159,6 +159,24 @@ def test_multi_target_regression(data, make):
     np.testing.assert_allclose(loss, expected, rtol=1e-6, atol=1e-9)
 
 
+@pytest.mark.parametrize("make", [_xgb_multi_target, _cb_multi_target], ids=["xgboost", "catboost"])
+def test_multi_target_tables_and_explanations(data, make):
+    """The tables show each target's label in a column of its own (``label_0``, ``label_1``, the
+    labels given to fit), and ``explain_prediction`` takes the row's targets as ``Y[[j]]``: its
+    scores are ``score_training_points`` of that row."""
+    X, Xt, Y, Yt = data[:4]
+    model = make(X, Y)(np.ones(N, bool), np.ones(N))
+    ex = BoostingInfluence(model, progress=False).fit(X, Y)
+    top = ex.top_training_points(Xt, Yt, n=4)
+    np.testing.assert_array_equal(top[["label_0", "label_1"]].to_numpy(), Y[top.index.to_numpy()])
+    explained = ex.explain_prediction(Xt[[3]], Yt[[3]])
+    assert explained.label == tuple(Yt[3].tolist())
+    np.testing.assert_array_equal(explained.scores.to_numpy(),
+                                  np.asarray(ex.score_training_points(Xt[[3]], Yt[[3]]))[:, 0])
+    issues = ex.find_label_issues(n=5)
+    np.testing.assert_array_equal(issues[["label_0", "label_1"]].to_numpy(), Y[issues.index.to_numpy()])
+
+
 def test_multi_target_shape_is_checked(data):
     X, _, Y = data[:3]
     model = _xgb_multi_target(X, Y)(np.ones(N, bool), np.ones(N))
