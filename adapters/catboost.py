@@ -153,9 +153,9 @@ class CatBoostAdapter(BoosterAdapter):
         refusals = [
             (any(float(c) != 0 for c in _constraints(p)),
              "monotone_constraints change the leaf values; retrain without them"),
-            (p.get("langevin", False), "langevin=True adds random noise to the leaves; retrain without it"),
-            (p.get("posterior_sampling", False),
+            (p.get("posterior_sampling", False),  # before langevin, which CatBoost turns on with it
              "posterior_sampling=True adds random noise to the leaves; retrain without it"),
+            (p.get("langevin", False), "langevin=True adds random noise to the leaves; retrain without it"),
             (float(p.get("model_shrink_rate", 0) or 0) > 0,
              "model_shrink_rate > 0 shrinks the model every iteration; retrain with model_shrink_rate=0"),
             (backtracking not in ("No", "AnyImprovement"),
@@ -441,7 +441,7 @@ class CatBoostAdapter(BoosterAdapter):
             If ``auto_class_weights`` recomputed from the labels and weights given differ from the
             stored ones (the data is not the training data).
         """
-        k = int(classes.max()) + 1
+        k = int(classes.max()) + 1 if k is None else k
         stored = self._p.get("class_weights") if self.objective.classifier else None
         if not stored:
             return np.ones(k), None

@@ -201,6 +201,9 @@ def _refuse_settings(p: Mapping[str, str]) -> None:
     def f(key: str, default: str = "0") -> float:
         return float(p.get(key, default) or default)
 
+    fractions = [f"{k}={p.get(k)}" for k in ("bagging_fraction", "pos_bagging_fraction",
+                                             "neg_bagging_fraction") if f(k, "1") < 1]
+
     refusals = [
         (
             p.get("boosting", "gbdt") != "gbdt",
@@ -213,12 +216,10 @@ def _refuse_settings(p: Mapping[str, str]) -> None:
             "data_sample_strategy='bagging' and bagging_fraction=1",
         ),
         (
-            f("bagging_freq") > 0
-            and min(f(k, "1") for k in ("bagging_fraction", "pos_bagging_fraction", "neg_bagging_fraction"))
-            < 1,
-            f"bagging_fraction={p.get('bagging_fraction')}, bagging_freq={p.get('bagging_freq')}: the rows "
-            "used per tree are not recorded",
-            "bagging_fraction=1 (or bagging_freq=0)",
+            f("bagging_freq") > 0 and bool(fractions),
+            f"{', '.join(fractions)}, bagging_freq={p.get('bagging_freq')}: the rows used per tree are not "
+            "recorded",
+            f"{' and '.join(k.split('=')[0] + '=1' for k in fractions)} (or bagging_freq=0)",
         ),
         (f("linear_tree") != 0, "linear_tree=True: leaves hold linear models", "linear_tree=False"),
         (

@@ -345,7 +345,8 @@ class Point:
             ok = self._in_cell(rep)
             if g.structure.float32_inputs and not ok.all():  # rounded onto a border: one step inside
                 inward = np.where(rel > 0, np.inf, -np.inf).astype(np.float32)
-                nudged = np.nextafter(rep.astype(np.float32), inward).astype(np.float64)
+                with np.errstate(over="ignore"):  # the float32 extremes step to inf: refused just below
+                    nudged = np.nextafter(rep.astype(np.float32), inward).astype(np.float64)
                 rep = np.where(ok, rep, nudged)
                 ok = self._in_cell(rep)
             ok &= (rep >= con.lower[cf]) & (rep <= con.upper[cf]) & np.isfinite(rep)

@@ -341,6 +341,10 @@ def test_refusals(data):
     langevin = cb.CatBoostRegressor(iterations=3, verbose=0, langevin=True, thread_count=2).fit(X, yr)
     with pytest.raises(UnsupportedModelError, match="langevin"):
         CatBoostAdapter(langevin)
+    posterior = cb.CatBoostRegressor(iterations=3, verbose=0, posterior_sampling=True,
+                                     thread_count=2).fit(X, yr)
+    with pytest.raises(UnsupportedModelError, match="posterior_sampling=True"):  # CatBoost sets langevin too
+        CatBoostAdapter(posterior)
     shrink = cb.CatBoostRegressor(iterations=3, verbose=0, model_shrink_rate=0.1, thread_count=2).fit(X, yr)
     with pytest.raises(UnsupportedModelError, match="model_shrink_rate"):
         CatBoostAdapter(shrink)

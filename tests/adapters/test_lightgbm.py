@@ -270,6 +270,9 @@ def test_wrong_data_refused(data, kind, match):
     ("params", "match"),
     [
         (dict(bagging_fraction=0.8, bagging_freq=1), "bagging_fraction=0.8.*Retrain with bagging_fraction=1"),
+        (dict(pos_bagging_fraction=0.5, neg_bagging_fraction=0.8, bagging_freq=1, objective="binary"),
+         "pos_bagging_fraction=0.5, neg_bagging_fraction=0.8.*Retrain with pos_bagging_fraction=1 and "
+         "neg_bagging_fraction=1"),
         (dict(data_sample_strategy="goss"), "goss"),
         (dict(boosting="dart"), "dart"),
         (dict(boosting="rf", bagging_fraction=0.8, bagging_freq=1), "boosting=rf"),
@@ -282,7 +285,7 @@ def test_wrong_data_refused(data, kind, match):
 )
 def test_unsupported_settings_refused(data, params, match):
     params = {"objective": "regression", **params}
-    ds = lgb.Dataset(data["X"][:, :5], data["regression"])
+    ds = lgb.Dataset(data["X"][:, :5], data["binary" if params["objective"] == "binary" else "regression"])
     booster = lgb.train({"verbose": -1, "num_leaves": 4, **params}, ds, 3)
     with pytest.raises(UnsupportedModelError, match=match):
         LightGBMAdapter(booster)
