@@ -15,9 +15,20 @@ condition of the path. With additive boosting no single tree "votes", so the ada
    costs less, so this prunes exactly). When neither a path nor this search reaches the target, it
    runs once more with a beam and pool ``widen`` (4) times wider: targets that need many leaves
    (a regressor's range far from its prediction, tight constraints) are then found more often.
-3. **training rows**: the nearest rows of the reference data the booster assigns to the target class
+3. **climbs**: ``climbs`` greedy walks from ``x``, one feature's cell changed per step: each step
+   takes the single change of any feature (any cell, constraints included) that buys the most
+   target score per unit of added cost, until one change reaches the target; it takes the
+   cheapest such change and stops. The walks differ in their first step (the best, second best,
+   ... by that rate). The beam combines leaves' boxes, which rarely assembles several category
+   switches at once; a walk assembles them one feature at a time. On 100-tree Adult models (50
+   classifier rows, 30 rows of each regressor, the exact optimum as reference; ``benchmarks/
+   tweaking.py``) four walks take LightGBM's classifier from a 4.4% mean gap (optimal on 84% of
+   the rows) to 0.0% (96%), LightGBM's Poisson regressor from 10.9% to 0.3%, and find every row
+   the exact program reaches on the regressors, where the beam alone missed 3 of 29 (LightGBM)
+   and 1 of 22 (CatBoost's Poisson) rows, for 1.2-1.4x the time.
+4. **training rows**: the nearest rows of the reference data the booster assigns to the target class
    (and that satisfy the constraints) are candidates as they are.
-4. **polish**: each of the best solutions is improved coordinate-wise: every changed feature is tried
+5. **polish**: each of the best solutions is improved coordinate-wise: every changed feature is tried
    at every cell between ``x``'s and its own, back to ``x``'s value, and the cheapest move that keeps
    the target class is taken until none helps (descent). Then ``kicks`` times, the ``kick_width``
    single changes of any feature that buy the most target score per unit of added cost are each
@@ -57,8 +68,8 @@ def unique_rows(A: NDArray[np.int64] | NDArray[np.float64]) -> NDArray[np.int64]
 
 
 #: Where a solution came from (``Solutions.source`` holds indices into this tuple).
-SOURCES = ("unchanged", "path", "combined", "training_row", "exact")
-PATH, COMBINED, ROW, EXACT = 1, 2, 3, 4
+SOURCES = ("unchanged", "path", "combined", "training_row", "exact", "climbed")
+PATH, COMBINED, ROW, EXACT, CLIMBED = 1, 2, 3, 4, 5
 
 
 @dataclass(frozen=True)
@@ -199,10 +210,14 @@ class Search:
         kicks: int = 2,
         kick_width: int = 4,
         widen: int = 4,
+        climbs: int = 4,
+        climb_steps: int = 30,
+        max_changes: int | None = None,
     ) -> None:
         self.grid, self.cost, self.method = grid, cost, method
         self.beam_width, self.pool, self.rounds, self.keep = beam_width, pool, rounds, keep
         self.kicks, self.kick_width, self.widen = kicks, kick_width, widen
+        self.climbs, self.climb_steps, self.max_changes = climbs, climb_steps, max_changes
         s = grid.structure
         self.leaf_values = s.value[grid.leaves]
         self.uses = tree_uses(s)
@@ -297,8 +312,13 @@ class Search:
             self._combine(*args)
             if found.cost.size == 0:  # nothing reached it: once more, wider (targets that need many leaves)
                 self._combine(*args, widen=self.widen)
+        self._climb(point, goal, base, found)
         if rows is not None and rows.shape[0]:
             found.add(rows, self.cost(point.x, rows), ROW)
+        if self.max_changes is not None:  # polish the candidates within the limit, where there are any
+            within = changed_features(found.values, point.x).sum(axis=1) <= self.max_changes
+            if within.any():
+                found = Solutions(found.values[within], found.cost[within], found.source[within])
         return self._polish(point, goal, base, found.best(self.keep))
 
     def _combine(
@@ -398,13 +418,9 @@ class Search:
     ) -> tuple[NDArray[np.float64], float] | None:
         """One more change that buys the most target score per unit of cost, then a descent: a
         category switched for 1 may let a numerical change shrink by more. None if nothing helps."""
-        g = self.grid
-        cells = np.flatnonzero(np.isfinite(point.dist) & ~point.frozen[g.cell_feature])
-        cells = cells[point.rep[cells] != v[g.cell_feature[cells]]]
-        if cells.size == 0:
+        moves = self._single_changes(point, v)
+        if moves.shape[0] == 0:
             return None
-        moves = np.repeat(v[None, :], cells.size, axis=0)
-        moves[np.arange(cells.size), g.cell_feature[cells]] = point.rep[cells]
         mc = self.cost(point.x, moves)
         score = self.evaluate(moves, goal, base)
         v_score = float(self.evaluate(v[None, :], goal, base)[0])
@@ -419,6 +435,49 @@ class Search:
             if wc < c - 1e-12 * max(1.0, c) and (best is None or wc < best[1]):
                 best = (w, wc)
         return best
+
+    def _climb(self, point: Point, goal: Goal, base: Base, found: Solutions) -> None:
+        """Greedy walks from x (see the module docstring). Each adds to ``found`` the row where it
+        reaches the target, if it does within ``climb_steps`` steps at a cost below every solution
+        found so far (a walk's cost only grows, so it stops as soon as it cannot)."""
+        x_score = float(self.evaluate(point.x[None, :], goal, base)[0])
+        first = self._single_changes(point, point.x)  # every walk's first choices, evaluated once
+        first_cost, first_score = self.cost(point.x, first), self.evaluate(first, goal, base)
+        for start in range(self.climbs):
+            v, c, v_score = point.x, 0.0, x_score
+            moves, mc, score = first, first_cost, first_score
+            for step in range(self.climb_steps):
+                if step:
+                    moves = self._single_changes(point, v)
+                    mc, score = self.cost(point.x, moves), self.evaluate(moves, goal, base)
+                best = found.cost.min(initial=np.inf)
+                hit = np.flatnonzero((score > goal.delta) & (mc < best))
+                if hit.size:
+                    i = hit[np.argmin(mc[hit])]
+                    found.add(moves[i][None, :], mc[i : i + 1], CLIMBED)
+                    break
+                up = np.flatnonzero((score > v_score) & (mc < best))
+                rate = (score[up] - v_score) / np.maximum(mc[up] - c, 1e-12)
+                pick = start if step == 0 else 0  # the walks part after their first step
+                if pick >= up.size:
+                    break
+                i = up[np.argsort(-rate, kind="stable")[pick]]
+                v, c, v_score = moves[i], float(mc[i]), float(score[i])
+
+    def _single_changes(self, point: Point, v: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Rows equal to ``v`` except one feature moved to another of its allowed cells (its
+        cheapest value there), one row per such cell: shape (m, n_features). Where ``v`` already
+        changes ``max_changes`` features, only those move."""
+        g = self.grid
+        movable = ~point.frozen
+        changed = changed_features(v, point.x)
+        if self.max_changes is not None and changed.sum() >= self.max_changes:
+            movable = movable & changed
+        cells = np.flatnonzero(np.isfinite(point.dist) & movable[g.cell_feature])
+        cells = cells[point.rep[cells] != v[g.cell_feature[cells]]]
+        moves = np.repeat(v[None, :], cells.size, axis=0)
+        moves[np.arange(cells.size), g.cell_feature[cells]] = point.rep[cells]
+        return moves
 
     def _moves(self, point: Point, v: NDArray[np.float64]) -> NDArray[np.float64]:
         """Rows equal to ``v`` except one changed feature moved to a cell between x's and v's."""

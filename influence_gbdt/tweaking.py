@@ -87,6 +87,10 @@ class FeatureTweaking:
         ensembles; needs SciPy), with the "combine" result as fallback.
     beam_width, pool, rounds : int, default=8, 64, 6
         Beam search size for "combine": boxes kept per round, single leaves tried against each, rounds.
+    climbs : int, default=4
+        Greedy walks from the row for "combine", one feature changed per step (each step the
+        change that buys the most target score per unit of cost), each from another first step:
+        they assemble several category switches, which the beam rarely does. 0 turns them off.
     n_reference : int, default=3
         Nearest training rows the booster already gives the target (class or range) offered as
         candidates (needs :meth:`fit` data).
@@ -140,6 +144,7 @@ class FeatureTweaking:
         beam_width: int = 8,
         pool: int = 64,
         rounds: int = 6,
+        climbs: int = 4,
         n_reference: int = 3,
         time_limit: float = 10.0,
         max_changes: int | None = None,
@@ -158,6 +163,7 @@ class FeatureTweaking:
         self.beam_width = beam_width
         self.pool = pool
         self.rounds = rounds
+        self.climbs = climbs
         self.n_reference = n_reference
         self.time_limit = time_limit
         self.max_changes = max_changes
@@ -272,7 +278,7 @@ class FeatureTweaking:
             value = getattr(self, name)
             if not (is_number(value) and value > 0):
                 raise InputError(f"{name} must be a number > 0, got {value!r}.")
-        for name, least in (("beam_width", 1), ("pool", 1), ("rounds", 1), ("n_reference", 0)):
+        for name, least in (("beam_width", 1), ("pool", 1), ("rounds", 1), ("climbs", 0), ("n_reference", 0)):
             value = getattr(self, name)
             if not (is_integer(value) and value >= least):
                 raise InputError(f"{name} must be an integer >= {least}, got {value!r}.")
@@ -464,8 +470,8 @@ class FeatureTweaking:
             The tweaked features (the input's columns and dtypes; all NaN where no tweak was found),
             then ``cost`` (NaN if none), ``prediction`` (the booster's own prediction of the tweaked
             row: a class label, or a regressor's value), ``n_changed`` (features changed),
-            ``source`` (which candidate won: "unchanged", "path", "combined", "training_row",
-            "exact" or "none") and ``reason`` (why a row has no tweak; empty otherwise).
+            ``source`` (which candidate won: "unchanged", "path", "combined", "climbed",
+            "training_row", "exact" or "none") and ``reason`` (why a row has no tweak; empty otherwise).
 
         Raises
         ------
@@ -497,6 +503,8 @@ class FeatureTweaking:
             int(self.beam_width),
             int(self.pool),
             int(self.rounds),
+            climbs=int(self.climbs),
+            max_changes=None if self.max_changes is None else int(self.max_changes),
             keep=max(4, 2 * int(n_answers)),  # room for answers that change different features
         )
         goals = self._goals

@@ -410,6 +410,7 @@ CASES = [
     # FeatureTweaking: settings, the cost callable, the rows
     Case("tweak-epsilon-text", _tweak(epsilon="0.1"), InputError, "epsilon must be a finite number >= 0"),
     Case("tweak-beam-width-fraction", _tweak(beam_width=2.5), InputError, "beam_width must be an integer"),
+    Case("tweak-climbs-negative", _tweak(climbs=-1), InputError, "climbs must be an integer >= 0"),
     Case("tweak-categorical-cost-text", _tweak(categorical_cost="1"), InputError, "must be a number > 0"),
     Case(
         "tweak-cost-wrong-shape",
