@@ -326,10 +326,10 @@ class CatBoostAdapter(BoosterAdapter):
     ) -> TreeEnsemble:
         """:meth:`describe` with the rows ``deleted`` taken out (see
         :meth:`BoosterAdapter.describe_without`). The remaining rows keep the leaves they had in
-        training (with CTRs, the online CTRs of the whole training set: recomputed without the rows
-        they would change, and with them the leaves, which no fixed-structure method models) and
-        their place in its shuffle; ``auto_class_weights`` are derived from the remaining rows, as
-        CatBoost would derive them."""
+        training and their place in its shuffle: with CTRs, a row's training-time CTRs come from
+        the rows before it in the shuffle, and recomputing them without the deleted rows would move
+        rows to other leaves, which no fixed-structure method models (LeafRefit keeps them too).
+        ``auto_class_weights`` are derived from the remaining rows, as a retrain derives them."""
         keep = np.ones(n_rows(X), dtype=bool)
         keep[deleted] = False
         return self._describe(X, y, sample_weight, init_score, keep)

@@ -24,7 +24,9 @@ rank:*                                          refused: a row's gradient depend
                                                 group and the current ranking
 survival:cox, survival:aft                      refused: censored labels and risk sets couple rows
 reg:squaredlogerror                             refused: hessian floor and margin clamp not modelled
-binary:hinge, custom objectives                 refused (custom: only the self-check can catch one)
+binary:hinge, custom objectives                 refused (custom: by name for a scikit-learn model;
+                                                a Booster's base score, 0.5 and not estimated, fails
+                                                the base check)
 several quantile alphas / targets for a         refused: the engine renews single-output trees;
 non-squared-error objective                     train one model per alpha or target
 ==============================================  ===========================================================
