@@ -8,7 +8,10 @@ Every rule that re-estimates the base margin is a ratio of dataset-weighted row 
 - ``"mean"`` (boost_from_average): ``p`` = the label vector (class indicators for multiclass),
   ``q = 1``, ``T`` = the mean link (logit, log, log of class shares, ...);
 - ``"newton_step"`` (one Newton step from ``base_anchor``, XGBoost's intercept with
-  ``scale_pos_weight``): ``p = g(y, anchor)``, ``q = h(y, anchor)``, ``T(r) = anchor - r``.
+  ``scale_pos_weight`` and for pseudo-Huber): ``p = g(y, anchor)``, ``q = h(y, anchor)``,
+  ``T(r) = anchor - r``, the hessian sum floored at :data:`NEWTON_HESSIAN_FLOOR` (XGBoost's
+  ``CalcUnregularizedWeight``: ``-G / max(H, kRtEps)``); where it is floored, ``r`` is ``P / floor``
+  and its derivative takes no ``q`` term.
 
 The ``"quantile"`` rule (L1 / quantile objectives) is instead the booster's weighted quantile of
 the labels (:mod:`.quantile`), recomputed without each deleted row; its derivative
@@ -34,6 +37,12 @@ def _group_sums(groups: NDArray[np.int64], values: NDArray[np.float64], n_groups
     out = np.zeros((n_groups, values.shape[1]))
     np.add.at(out, groups, values)
     return out
+
+
+#: The least hessian sum of the ``"newton_step"`` rule's step (XGBoost's ``kRtEps``): a pseudo-Huber
+#: model on labels far above its ``huber_slope`` (hessians ~ slope^3 / |y|^3) reaches it on a few
+#: hundred rows of labels ~ 1,000, and XGBoost then stores ``-G / 1e-6``.
+NEWTON_HESSIAN_FLOOR = 1e-6
 
 
 def _rounded(r: NDArray[np.float64], float32: bool) -> NDArray[np.float64]:
@@ -93,6 +102,12 @@ class BaseMargin:
         return (METHODS[e.quantile_method], np.ascontiguousarray(e.y[:, 0]), e.dataset_weight,
                 float(e.loss.params.get("alpha", 0.5)), e.quantile_weighted, e.quantile_delta)
 
+    def _denominator(self, Q: NDArray[np.float64]) -> NDArray[np.float64]:
+        """The ratio's denominator from its sums ``Q`` (any shape): floored for the Newton step."""
+        if self.ensemble.base_rule == "newton_step":
+            return np.maximum(Q, NEWTON_HESSIAN_FLOOR)
+        return Q
+
     def _map(self, r: NDArray[np.float64]) -> NDArray[np.float64]:
         """``T(r)`` for ratios ``r`` of shape (B, K)."""
         e = self.ensemble
@@ -124,7 +139,7 @@ class BaseMargin:
             q = quantile_without(method, np.append(values, 0.0), np.append(w, 0.0), alpha, weighted, delta,
                                  extra)
             return _rounded(q, e.float32_base)
-        r = self._P.sum(0) / self._Q.sum(0)
+        r = self._P.sum(0) / self._denominator(self._Q.sum(0))
         return self._map(_rounded(r[None, :], e.float32_base))[0]
 
     def shift_without(self, idx: NDArray[np.int64]) -> NDArray[np.float64]:
@@ -151,7 +166,7 @@ class BaseMargin:
         own3 = own[:, :, None]
         num = ((self._P[None] - own3 * self._dp[idx, None, :]) * scale).sum(1)
         den = ((self._Q[None] - own3 * self._dq[idx, None, :]) * scale).sum(1)
-        return self._map(_rounded(num / den, e.float32_base)) - e.base_margin[None, :]
+        return self._map(_rounded(num / self._denominator(den), e.float32_base)) - e.base_margin[None, :]
 
     def derivative(self) -> NDArray[np.float64]:
         """d base margin / d v_i for every training row, shape (n, K) (zeros for a fixed base)."""
@@ -163,12 +178,15 @@ class BaseMargin:
             self._derivative = (slope * e.dataset_factor[e.weight_group])[:, None]
         if self._derivative is None:
             total = self._Q.sum(0)
+            free = self._denominator(total) == total  # (K,): where the denominator moves with the rows
+            total = self._denominator(total)
             r = self._P.sum(0) / total
-            d_r = e.dataset_factor[e.weight_group, None] * (self._p - r[None, :] * self._q)
+            r_free = (r * free)[None, :]
+            d_r = e.dataset_factor[e.weight_group, None] * (self._p - r_free * self._q)
             if e.dataset_factor_derivative is not None:
                 safe = np.where(e.dataset_factor > 0, e.dataset_factor, 1.0)
                 per_unit = np.where(e.dataset_factor > 0, 1.0 / safe, 0.0)[:, None]
-                d_r = d_r + e.dataset_factor_derivative @ ((self._P - r[None, :] * self._Q) * per_unit)
+                d_r = d_r + e.dataset_factor_derivative @ ((self._P - r_free * self._Q) * per_unit)
             self._derivative = (d_r / total[None, :]) @ self._jacobian(r).T
         return self._derivative
 
