@@ -62,8 +62,9 @@ What XGBoost does, and how it lands in the description (verified by the tests of
   link). When XGBoost estimated it (no user ``base_score``) a retrain re-estimates it, by XGBoost's
   rule: the weighted label mean (``base_rule="mean"``, the weighted loss-minimising constant) when
   ``|spw - 1| <= 1e-6``; otherwise one Newton step from margin 0 with the weights ``w * spw`` on
-  label-1 rows (``base_rule="newton_step"``, ``base_anchor = 0``; spw is then the *dataset* factor
-  of group 1, as it enters the estimate; XGBoost stores the step as its float32 sigmoid). Each
+  label-1 rows (``base_rule="newton_step"``, ``base_anchor = 0``, the step ``-G / max(H, 1e-6)``;
+  spw is then the *dataset* factor of group 1, as it enters the estimate; XGBoost stores the step
+  as its float32 sigmoid). Pseudo-Huber's intercept is that Newton step too. Each
   estimate is rounded to float32 before its link (``float32_base``), the Newton step's gradient
   pairs too (``float32_base_terms``): the re-estimated margin is the one a retrain starts from, bit
   for bit, for every objective but three (tested against ``eta=0`` retrains): pseudo-Huber (XGBoost
