@@ -440,8 +440,10 @@ class Search:
         """Greedy walks from x (see the module docstring). Each adds to ``found`` the row where it
         reaches the target, if it does within ``climb_steps`` steps at a cost below every solution
         found so far (a walk's cost only grows, so it stops as soon as it cannot)."""
-        x_score = float(self.evaluate(point.x[None, :], goal, base)[0])
         first = self._single_changes(point, point.x)  # every walk's first choices, evaluated once
+        if self.climbs == 0 or first.shape[0] == 0:
+            return
+        x_score = float(self.evaluate(point.x[None, :], goal, base)[0])
         first_cost, first_score = self.cost(point.x, first), self.evaluate(first, goal, base)
         for start in range(self.climbs):
             v, c, v_score = point.x, 0.0, x_score
@@ -449,6 +451,8 @@ class Search:
             for step in range(self.climb_steps):
                 if step:
                     moves = self._single_changes(point, v)
+                    if moves.shape[0] == 0:  # (a cost callable need not take an empty V)
+                        break
                     mc, score = self.cost(point.x, moves), self.evaluate(moves, goal, base)
                 best = found.cost.min(initial=np.inf)
                 hit = np.flatnonzero((score > goal.delta) & (mc < best))
