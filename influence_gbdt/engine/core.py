@@ -62,6 +62,7 @@ REVERSE_BATCH_BYTES = 128e6
 #: booster did not estimate from these rows (other labels, XGBoost's custom objectives, which keep 0.5)
 #: differs by far more.
 BASE_RTOL = 1e-5
+
 #: Default most memory an engine's derivative cache may take (see :class:`InfluenceEngine`).
 DEFAULT_CACHE_BYTES = 1e9
 #: Relative reproduction residual above which a group's deletion is measured against the group
