@@ -32,10 +32,11 @@ from ._settings import settings_repr
 from ._tweak_codec import Codec
 from ._tweak_exact import solve
 from ._tweak_goals import ClassTargets, Targets, targets_for
-from ._tweak_search import EXACT, ROW, SOURCES, Cost, Goal, Search, Solutions, changed_features
+from ._tweak_search import EXACT, SOURCES, Cost, Goal, Search, Solutions, changed_features
 from ._tweak_space import Constraints, Grid
 from .errors import InputError
 from .inputs import check_table, is_integer, is_number
+from .trees import ZERO_THRESHOLD
 
 _METHODS = ("paths", "combine", "exact")
 
@@ -70,7 +71,8 @@ class FeatureTweaking:
     bounds : mapping, optional
         ``{feature: (low, high)}``: a changed value must lie in [low, high] (None: unbounded).
     integer : iterable of str or int, or "auto", default="auto"
-        Features whose changed values must be integers; "auto": the integer-typed columns of the
+        Features whose changed values must be integers, besides the integer-typed columns of the
+        rows tweaked (which cannot hold fractions); "auto": the integer-typed columns of the
         data passed to :meth:`fit` or :meth:`tweak`.
     monotone : mapping, optional
         ``{feature: +1 or -1}`` (or "increase" / "decrease"): the direction a feature may move.
@@ -98,7 +100,8 @@ class FeatureTweaking:
         Seconds per row and class for "exact".
     max_changes : int, optional
         At most this many features may change; a row whose every valid candidate changes more gets
-        NaN, with the reason in the ``reason`` column.
+        NaN, with the reason in the ``reason`` column. ("exact" optimizes without this limit; where
+        its optimum changes more features, the combined search's best answer within it is returned.)
     progress : bool, default=True
         Show a progress bar (tqdm) over the rows of :meth:`tweak` when there are more than a few.
 
@@ -398,8 +401,8 @@ class FeatureTweaking:
             if self.integer != "auto":
                 raise InputError(f"integer must be 'auto' or a list of features, got {self.integer!r}.")
             integer = self._integer_auto | self._integer_columns(X)
-        else:
-            integer = np.zeros(F, dtype=bool)
+        else:  # with the integer-typed columns of X, which cannot hold a fraction whatever the list says
+            integer = self._integer_columns(X)
             for key in self.integer:
                 integer[self._feature_index(key, "integer")] = True
         integer &= ~cat
@@ -429,13 +432,11 @@ class FeatureTweaking:
         found = Solutions.empty(point.x.size)
         for goal, target in aims:
             rows = rows_for(target)
-            if self.method == "exact":
+            if self.method == "exact":  # the program's optimum, then the combined search's candidates:
+                # the fallback where the optimum fails a later check (max_changes, the booster's predict)
                 result = solve(point, goal, cost, float(self.time_limit))
                 if result.values is not None:
                     found.add(result.values[None, :], np.array([result.cost]), EXACT)
-                    if rows is not None and rows.shape[0]:
-                        found.add(rows, cost(point.x, rows), ROW)
-                    continue
             part = search.run(point, goal, rows)
             found.add(part.values, part.cost, part.source)
         return found.best(search.keep + n_answers)
@@ -540,6 +541,7 @@ class FeatureTweaking:
                 found = found.best(search.keep + 2 * int(n_answers))
             results.append(found)
         table, owner, answer = self._verify(codec, Z, results, targets, int(n_answers), unreachable)
+        _keep_unencodable(table, X, owner)
         labels = index if index is not None else pd.RangeIndex(n)
         table.index = (labels[owner] if n_answers == 1
                        else pd.MultiIndex.from_arrays([labels[owner], answer], names=[labels.name, "answer"]))
@@ -558,6 +560,15 @@ class FeatureTweaking:
     ) -> Callable[[Any], NDArray[np.float64] | None]:
         """Nearest reference rows that meet a target and satisfy the constraints for row ``x``."""
         k = int(self.n_reference)
+        s = self.reader_.structure
+
+        def read_missing(A: NDArray[np.float64]) -> NDArray[np.bool_]:
+            """Which input values the model reads as missing (NaN, ``missing_value``, LightGBM's zero
+            as missing), shaped like ``A`` (..., F)."""
+            F = A.shape[-1]
+            with np.errstate(invalid="ignore"):
+                return (np.isnan(A) | (A == s.missing_value)
+                        | (self.grid_.zero_missing[:F] & (np.abs(A) <= ZERO_THRESHOLD)))
 
         def rows(target: Any) -> NDArray[np.float64] | None:
             if self.reference_ is None or self._reference_answer is None or k <= 0:
@@ -572,6 +583,7 @@ class FeatureTweaking:
                 inside = (R >= con.lower[:F]) & (R <= con.upper[:F]) & (~con.integer[:F] | (R == np.round(R)))
                 way = (con.direction[:F] == 0) | (np.sign(R - xi) == con.direction[:F])
             ok &= np.all(same | (inside & way), axis=1)
+            ok &= ~np.any(read_missing(R) & ~read_missing(xi), axis=1)  # no value changed to missing
             if not ok.any():
                 return None
             # derived columns (CatBoost's CTRs) as the search has them: x's own
@@ -709,3 +721,27 @@ class FeatureTweaking:
 
 
 __all__ = ["FeatureTweaking"]
+
+
+def _keep_unencodable(table: pd.DataFrame, X: Any, owner: NDArray[np.int64]) -> None:
+    """Show the given value where the encoding could not hold it (a category the model never saw,
+    which the booster reads as missing) and the tweak left it: decoded it would read NaN. A found
+    tweak never changes a value to missing, so a NaN there is such a value. ``table``'s first
+    columns are the features of ``X``'s rows ``owner`` (one per line), changed in place."""
+    frame = X if isinstance(X, pd.DataFrame) else pd.DataFrame(np.asarray(X, dtype=object))
+    given = frame.iloc[owner]
+    found = (table["source"] != "none").to_numpy()
+    for j in range(given.shape[1]):
+        name = table.columns[j]
+        values = given.iloc[:, j].to_numpy()
+        lines = np.flatnonzero(found & table[name].isna().to_numpy() & pd.notna(values))
+        if lines.size == 0:
+            continue
+        dtype = table[name].dtype
+        if isinstance(dtype, pd.CategoricalDtype):
+            unseen = [v for v in pd.unique(values[lines]) if v not in dtype.categories]
+            table[name] = table[name].cat.add_categories(unseen)
+        elif not (pd.api.types.is_object_dtype(dtype)
+                  or (pd.api.types.is_numeric_dtype(dtype) and pd.api.types.is_numeric_dtype(values))):
+            table[name] = table[name].astype(object)
+        table.iloc[lines, j] = values[lines]

@@ -522,3 +522,69 @@ def test_default_models_on_frames_never_lose_to_the_nearest_training_row(library
         d_job = (same_age["job"].astype(str) != str(row["job"])).astype(float)
         nearest = float(np.sqrt(d_hours**2 + d_job**2).min())
         assert out["cost"].iloc[i] <= nearest * (1 + 1e-9) + 1e-12
+
+
+# ---------------------------------------------------------------------------------- what users hit
+def _mixed_frame(n: int = 500, seed: int = 0) -> tuple[pd.DataFrame, np.ndarray]:
+    """Two float features and an int64 one; a label that needs a few of them to flip."""
+    rng = np.random.default_rng(seed)
+    X = pd.DataFrame({"a": rng.normal(size=n), "b": rng.normal(size=n) * 10, "i": rng.integers(0, 20, n)})
+    return X, (X.a + 0.1 * X.b + 0.2 * (X.i - 10) > 0).to_numpy().astype(int)
+
+
+def test_exact_falls_back_to_the_combined_search() -> None:
+    """The program's optimum ignores max_changes (and may fail the booster's check): each row then
+    gets the combined search's best answer within the limit, not NaN; every answer is checked with
+    the booster's predict."""
+    X, y = _mixed_frame()
+    model = xgb.XGBClassifier(n_estimators=20, max_depth=3, n_jobs=1).fit(X, y)
+    rows = X[model.predict(X) == 0].head(12)
+    kw: dict[str, Any] = {"n_reference": 0, "progress": False, "max_changes": 1}
+    combine = FeatureTweaking(model, **kw).fit(X).tweak(rows)
+    exact = FeatureTweaking(model, method="exact", time_limit=5, **kw).fit(X).tweak(rows)
+    reached = combine["cost"].notna().to_numpy()
+    assert reached.sum() >= 6
+    assert exact["cost"].notna().to_numpy()[reached].all()
+    assert (exact.loc[reached, "cost"] <= combine.loc[reached, "cost"] * (1 + 1e-9)).all()
+    assert (exact.loc[reached, "n_changed"] <= 1).all()
+    assert (model.predict(exact.loc[reached, list(X.columns)]) == 1).all()
+
+
+def test_integer_columns_stay_integer_whatever_the_list() -> None:
+    """An int64 column cannot hold a fraction: with ``integer=[]`` it is still searched in integers
+    (its candidates were rounded when decoded and most failed the booster's check)."""
+    X, y = _mixed_frame()
+    model = xgb.XGBClassifier(n_estimators=20, max_depth=3, n_jobs=1).fit(X, y)
+    rows = X.head(30)
+    out = FeatureTweaking(model, integer=[], progress=False).fit(X).tweak(rows)
+    assert out["cost"].notna().all() and out["i"].dtype == X["i"].dtype
+    assert (model.predict(out[list(X.columns)]) != model.predict(rows)).all()  # each row to the other class
+
+
+def test_a_category_the_model_never_saw_is_shown_as_given() -> None:
+    """LightGBM reads an unseen category as missing; a tweak that leaves the feature alone shows the
+    row's own value, not NaN."""
+    rng = np.random.default_rng(0)
+    colours = pd.Categorical(rng.choice(["red", "green", "blue"], 600))
+    X = pd.DataFrame({"a": rng.normal(size=600), "k": colours})
+    y = (X.a + X.k.isin(["red"]) > 0.5).to_numpy().astype(int)
+    model = lgb.LGBMClassifier(n_estimators=10, n_jobs=1, verbose=-1).fit(X, y)
+    rows = X.head(5).copy()
+    rows["k"] = pd.Categorical(["black"] * 5, categories=["blue", "green", "red", "black"])
+    out = FeatureTweaking(model, progress=False).fit(X).tweak(rows)
+    assert out["cost"].notna().all() and (out["n_changed"] == 1).all()
+    assert (out["k"].astype(object) == "black").all()
+
+
+def test_reference_rows_never_set_a_value_to_missing() -> None:
+    """With ``missing=0.0`` XGBoost reads 0 as missing: a training row holding 0 where the tweaked
+    row has a value is not a candidate (no value is changed to missing)."""
+    rng = np.random.default_rng(1)
+    X = pd.DataFrame(rng.normal(size=(800, 3)), columns=list("abc"))
+    X.loc[rng.random(800) < 0.2, "b"] = 0.0
+    y = (X.a + X.b + 0.5 * X.c > 0).to_numpy().astype(int)
+    model = xgb.XGBClassifier(n_estimators=20, n_jobs=1, missing=0.0).fit(X, y)
+    rows = X.iloc[:60]
+    out = FeatureTweaking(model, progress=False).fit(X).tweak(rows)
+    assert (out["source"] == "training_row").any()  # reference rows compete
+    assert not ((rows["b"] != 0) & (out["b"] == 0)).any()
