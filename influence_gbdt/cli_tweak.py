@@ -145,10 +145,10 @@ def run(args: argparse.Namespace) -> int:
     for i in np.flatnonzero(found.to_numpy() & (table["source"] != "unchanged").to_numpy()).tolist():
         if shown >= args.show:
             break
-        moves = [
-            f"{name}: {data.iloc[i][name]} -> {table.iloc[i][name]}"
+        moves = [  # column by column: a row of ints and floats would read every int as a float
+            f"{name}: {data[name].iloc[i]} -> {table[name].iloc[i]}"
             for name in data.columns
-            if str(data.iloc[i][name]) != str(table.iloc[i][name])
+            if not _same(data[name].iloc[i], table[name].iloc[i])
         ]
         head = f"  row {i} -> {table['prediction'].iloc[i]} (cost {table['cost'].iloc[i]:.4g}): "
         print(head + "; ".join(moves))
@@ -157,3 +157,10 @@ def run(args: argparse.Namespace) -> int:
         write_table(table, args.output)
         print(f"Wrote {len(table)} rows to {args.output}.")
     return 0
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether a feature kept its value (17 and 17.0 alike, NaN and NaN alike)."""
+    if pd.isna(a) or pd.isna(b):
+        return bool(pd.isna(a) and pd.isna(b))
+    return bool(a == b)

@@ -161,3 +161,18 @@ def test_tweak_a_poisson_regressor_file_into_a_range_of_counts(
     assert "--range takes two numbers" in capsys.readouterr().err
     assert main(["tweak", path, "--data", str(tmp_path / "data.csv")]) == 2
     assert "desired_range" in capsys.readouterr().err
+
+
+def test_tweak_prints_only_the_features_it_changed(tmp_path: Path, capsys: Any) -> None:
+    """An int column next to floats is not printed as changed (``i: 17.0 -> 17``)."""
+    import xgboost as xgb
+
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({"a": rng.normal(size=500), "i": rng.integers(0, 20, 500)})
+    y = (X.a + 0.2 * (X.i - 10) > 0).astype(int)
+    xgb.XGBClassifier(n_estimators=10, n_jobs=1).fit(X, y).save_model(tmp_path / "m.json")
+    X.head(20).to_csv(tmp_path / "rows.csv", index=False)
+    assert main(["tweak", str(tmp_path / "m.json"), "--data", str(tmp_path / "rows.csv"), "--immutable", "i",
+                 "--quiet", "--show", "4"]) == 0
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  row ")]
+    assert printed and all(" i: " not in line for line in printed) and all(" a: " in line for line in printed)
