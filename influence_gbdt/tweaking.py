@@ -720,16 +720,12 @@ class FeatureTweaking:
         return pd.DataFrame(rows, columns=columns).sort_values("cost", ascending=False, ignore_index=True)
 
 
-__all__ = ["FeatureTweaking"]
-
-
 def _keep_unencodable(table: pd.DataFrame, X: Any, owner: NDArray[np.int64]) -> None:
     """Show the given value where the encoding could not hold it (a category the model never saw,
     which the booster reads as missing) and the tweak left it: decoded it would read NaN. A found
     tweak never changes a value to missing, so a NaN there is such a value. ``table``'s first
     columns are the features of ``X``'s rows ``owner`` (one per line), changed in place."""
-    frame = X if isinstance(X, pd.DataFrame) else pd.DataFrame(np.asarray(X, dtype=object))
-    given = frame.iloc[owner]
+    given = X.iloc[owner] if isinstance(X, pd.DataFrame) else pd.DataFrame(np.asarray(X)[owner])
     found = (table["source"] != "none").to_numpy()
     for j in range(given.shape[1]):
         name = table.columns[j]
@@ -745,3 +741,6 @@ def _keep_unencodable(table: pd.DataFrame, X: Any, owner: NDArray[np.int64]) -> 
                   or (pd.api.types.is_numeric_dtype(dtype) and pd.api.types.is_numeric_dtype(values))):
             table[name] = table[name].astype(object)
         table.iloc[lines, j] = values[lines]
+
+
+__all__ = ["FeatureTweaking"]
