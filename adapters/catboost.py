@@ -88,6 +88,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from influence_gbdt.engine import InfluenceEngine
+from influence_gbdt.engine.fastobj import fast_exp_scalar
 from influence_gbdt.ensemble import TreeEnsemble
 from influence_gbdt.errors import InputError, ReproductionError, UnsupportedModelError
 from influence_gbdt.labels import LabelMap
@@ -97,6 +98,10 @@ from influence_gbdt.tabular import n_rows
 from . import catboost_ctr
 from .base import BoosterAdapter, target_matrix
 from .catboost_objectives import CatBoostObjective, parse_objective
+
+#: CatBoost's losses whose approx is kept in exp space (``IsStoreExpApprox``) and started at
+#: ``fast_exp(bias)`` under boost_from_average (Poisson, also exp space, refuses boost_from_average).
+_EXP_SPACE = ("Logloss", "CrossEntropy")
 
 #: Relative residual up to which every tree may differ by rounding alone (float32 epsilon ~1.2e-7;
 #: wrong data measured >= 5.8e-6, see ``rtol``).
@@ -374,6 +379,12 @@ class CatBoostAdapter(BoosterAdapter):
             class_weights, without = self._class_weights(groups, user_w, class_weights.size, derive=True)
         counts = np.asarray(self.model.get_tree_leaf_counts(), dtype=np.int64)
         scale, bias = self.model.get_scale_and_bias()
+        b0 = float(np.ravel(np.asarray(bias, dtype=np.float64))[0])
+        if K == 1 and o.name in _EXP_SPACE and b0 != 0.0:
+            # CatBoost keeps these losses' approx in exp space and starts it at its scalar table exp
+            # fast_exp(bias) (InitApproxes), not exp(bias): the training rows start at the margin
+            # log(fast_exp(bias)), up to ~5e-10 from the bias (test rows: bias, as predict).
+            offset = offset + (float(np.log(fast_exp_scalar(b0))) - b0)
         values = np.asarray(self.model.get_leaf_values(), dtype=np.float64) * float(scale)
         # A leaf holds K values (value index leaf * K + output): output k of CatBoost tree t is
         # engine tree t * K + k, all K in one round.

@@ -155,6 +155,8 @@ def parse_objective(p: Mapping[str, Any]) -> CatBoostObjective:
             name, loss, {"alpha": alpha, "scale": 2.0 if name == "MAE" else 1.0}, kind, renewed=True,
             quantile_alpha=alpha, quantile_delta=float(raw.get("delta", _QUANTILE_DELTA)),
         )
+    elif loss == "logloss":  # Logloss, CrossEntropy: p = 1 - 1 / (1 + e^m), as CatBoost computes it
+        objective = CatBoostObjective(name, loss, {"one_minus": 1.0}, kind)
     else:
         objective = CatBoostObjective(name, loss, {}, kind)
     _check_leaf_rule(objective, p)
