@@ -14,6 +14,9 @@ searches (same representatives, same constraints) and its optimum measures the h
   binaries of the listed codes) and those below its right child to at most one minus it, so ``y`` is
   the indicator of the leaf the chosen cells reach;
 * the target score (a linear function of ``y``) is at least ``delta``;
+* with ``max_changes``, the features changed number at most that: a numerical feature changes
+  iff ``u[c - 1] + u[c]`` is 1 (its binaries next to x's cell; at most one of them is), a
+  categorical one iff its binary of x's own category is 0;
 * the objective is the separable cost: per-feature distance for "l1", its square for "l2" (same
   minimiser as the Euclidean norm).
 
@@ -186,8 +189,23 @@ def _node_rows(
             )
 
 
-def solve(point: Point, goal: Goal, cost: Cost, time_limit: float) -> ExactResult:
-    """Cheapest row reaching ``goal`` within the constraints encoded in ``point``.
+def _changed(point: Point, f: int, cols: NDArray[np.int64]) -> _Expr:
+    """"Feature ``f`` changes" as a linear expression of its binaries ``cols`` (from
+    :func:`_numerical` or :func:`_categorical`): 0 at x's own cell, 1 elsewhere."""
+    g = point.grid
+    c = int(point.cell[f])
+    if not g.categorical[f]:  # u[c - 1] = [moved below c], u[c] = [moved above c]
+        near = cols[max(c - 1, 0) : c + 1]
+        return near, np.ones(near.size), 0.0
+    allowed = np.flatnonzero(np.isfinite(point.dist[g.offset[f] : g.offset[f + 1]]))  # x's own among them
+    return cols[allowed == c], -np.ones(1), 1.0
+
+
+def solve(
+    point: Point, goal: Goal, cost: Cost, time_limit: float, max_changes: int | None = None
+) -> ExactResult:
+    """Cheapest row reaching ``goal`` within the constraints encoded in ``point``, changing at
+    most ``max_changes`` features (None: any number).
 
     Raises
     ------
@@ -220,6 +238,10 @@ def solve(point: Point, goal: Goal, cost: Cost, time_limit: float) -> ExactResul
         model.row(y[g.leaf_tree == t], 1.0, 1.0, 1.0)
     _node_rows(model, point, variable, y, left)
     _goal_rows(model, point, goal, y)
+    if max_changes is not None and columns:
+        parts = [_changed(point, f, cols) for f, cols in columns.items()]
+        model.row(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+                  -np.inf, max_changes - sum(p[2] for p in parts))
     A = coo_matrix((model.vals, (model.rows, model.cols)), shape=(len(model.row_lo), len(model.c))).tocsr()
     res = milp(
         c=np.asarray(model.c),

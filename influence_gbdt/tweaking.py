@@ -100,8 +100,8 @@ class FeatureTweaking:
         Seconds per row and class for "exact".
     max_changes : int, optional
         At most this many features may change; a row whose every valid candidate changes more gets
-        NaN, with the reason in the ``reason`` column. ("exact" optimizes without this limit; where
-        its optimum changes more features, the combined search's best answer within it is returned.)
+        NaN, with the reason in the ``reason`` column. ("exact" finds the cheapest tweak within
+        the limit.)
     progress : bool, default=True
         Show a progress bar (tqdm) over the rows of :meth:`tweak` when there are more than a few.
 
@@ -433,8 +433,9 @@ class FeatureTweaking:
         for goal, target in aims:
             rows = rows_for(target)
             if self.method == "exact":  # the program's optimum, then the combined search's candidates:
-                # the fallback where the optimum fails a later check (max_changes, the booster's predict)
-                result = solve(point, goal, cost, float(self.time_limit))
+                # the fallback where the optimum fails the booster's predict or the time limit
+                limit = None if self.max_changes is None else int(self.max_changes)
+                result = solve(point, goal, cost, float(self.time_limit), limit)
                 if result.values is not None:
                     found.add(result.values[None, :], np.array([result.cost]), EXACT)
             part = search.run(point, goal, rows)

@@ -532,22 +532,41 @@ def _mixed_frame(n: int = 500, seed: int = 0) -> tuple[pd.DataFrame, np.ndarray]
     return X, (X.a + 0.1 * X.b + 0.2 * (X.i - 10) > 0).to_numpy().astype(int)
 
 
-def test_exact_falls_back_to_the_combined_search() -> None:
-    """The program's optimum ignores max_changes (and may fail the booster's check): each row then
-    gets the combined search's best answer within the limit, not NaN; every answer is checked with
-    the booster's predict."""
-    X, y = _mixed_frame()
-    model = xgb.XGBClassifier(n_estimators=20, max_depth=3, n_jobs=1).fit(X, y)
+@pytest.mark.parametrize("limit", [1, 2])
+@pytest.mark.parametrize("features", ["numerical", "with a category"])
+def test_exact_is_the_optimum_within_max_changes(limit: int, features: str) -> None:
+    """The program holds max_changes as a constraint: its cost equals the enumeration of every cell
+    combination changing at most ``limit`` features, never above the combined search's, and the
+    booster's predict confirms every answer. (Before, the optimum ignored the limit and 20 of 25
+    rows fell back to the combined search.)"""
+    if features == "numerical":
+        X, y = _mixed_frame()
+        model = xgb.XGBClassifier(n_estimators=20, max_depth=3, n_jobs=1).fit(X, y)
+    else:
+        X, y = _frame()
+        X = X.assign(job=X["job"].astype("category"))
+        model = lgb.LGBMClassifier(n_estimators=15, num_leaves=6, n_jobs=1, verbose=-1).fit(X, y)
     rows = X[model.predict(X) == 0].head(12)
-    kw: dict[str, Any] = {"n_reference": 0, "progress": False, "max_changes": 1}
+    kw: dict[str, Any] = {"n_reference": 0, "progress": False, "max_changes": limit}
     combine = FeatureTweaking(model, **kw).fit(X).tweak(rows)
-    exact = FeatureTweaking(model, method="exact", time_limit=5, **kw).fit(X).tweak(rows)
-    reached = combine["cost"].notna().to_numpy()
-    assert reached.sum() >= 6
-    assert exact["cost"].notna().to_numpy()[reached].all()
-    assert (exact.loc[reached, "cost"] <= combine.loc[reached, "cost"] * (1 + 1e-9)).all()
-    assert (exact.loc[reached, "n_changed"] <= 1).all()
+    ft = FeatureTweaking(model, method="exact", time_limit=5, **kw).fit(X)
+    exact = ft.tweak(rows)
+    s = ft.reader_.structure
+    goal = Goal(s, 1, 0.0, ft._delta())
+    truth = np.array([
+        cheapest_over_cells(ft, r, lambda V: goal.score(predict_margin(s, V)) > goal.delta, limit)
+        for r in ft._codec.encode(rows)
+    ])
+    assert np.isfinite(truth).sum() >= 6
+    truth[~np.isfinite(truth)] = np.nan  # no combination within the limit: no tweak
+    np.testing.assert_allclose(exact["cost"].to_numpy(dtype=float), truth, rtol=1e-7)
+    reached = exact["cost"].notna().to_numpy()
+    assert (exact.loc[reached, "source"] == "exact").all()
+    assert (exact.loc[reached, "n_changed"] <= limit).all()
     assert (model.predict(exact.loc[reached, list(X.columns)]) == 1).all()
+    found = combine["cost"].notna().to_numpy()
+    assert reached[found].all()
+    assert (exact.loc[found, "cost"] <= combine.loc[found, "cost"] * (1 + 1e-9)).all()
 
 
 def test_integer_columns_stay_integer_whatever_the_list() -> None:
