@@ -128,9 +128,10 @@ def check_plot(path: str | Path) -> None:
 def _cmd_score(args: argparse.Namespace) -> int:
     if args.plot:
         check_plot(args.plot)
-    for path in (args.output, args.plot):
-        if path:
-            check_output(path)
+    if args.output:
+        check_output(args.output)
+    if args.plot:
+        check_output(args.plot, "--plot", table=False)
     model = load_model(args.model)
     X, y, w = _split(_keyed(read_table(args.train), args.id, "training"), args.label, args.weight, "training")
     test = _keyed(read_table(args.test), args.id, "test")

@@ -164,7 +164,7 @@ def read_table(path: str | Path) -> pd.DataFrame:
 
 
 def write_table(frame: pd.DataFrame, path: str | Path) -> None:
-    """Write a CSV or Parquet file (by extension)."""
+    """Write a CSV or Parquet file (by extension, which :func:`check_output` checked)."""
     path = Path(path)
     try:
         if path.suffix.lower() in _PARQUET:
@@ -175,13 +175,18 @@ def write_table(frame: pd.DataFrame, path: str | Path) -> None:
         raise InputError(f"Cannot write {path}: {exc.strerror or exc}.") from None
 
 
-def check_output(path: str | Path) -> None:
-    """Refuse an output path that cannot be written, *before* any computing is done."""
+def check_output(path: str | Path, flag: str = "-o", table: bool = True) -> None:
+    """Refuse the output path given to ``flag`` that cannot be written (``table``: or is not a
+    .csv, .parquet or .pq file), *before* any computing is done."""
     path = Path(path)
     if path.is_dir():
-        raise InputError(f"-o {path} is a directory: give a file name, e.g. {path / 'scores.csv'}.")
+        example = path / ("scores.csv" if table else "plot.png")
+        raise InputError(f"{flag} {path} is a directory: give a file name, e.g. {example}.")
     if not path.parent.is_dir():
-        raise InputError(f"-o {path}: the directory {path.parent} does not exist.")
+        raise InputError(f"{flag} {path}: the directory {path.parent} does not exist.")
+    if table and path.suffix.lower() not in (".csv", *_PARQUET):
+        raise InputError(f"{flag} {path}: the table is written as CSV or Parquet, chosen by the file's "
+                         f"extension; name it {path.stem}.csv, {path.stem}.parquet or {path.stem}.pq.")
     if path.suffix.lower() in _PARQUET:
         require("pyarrow", "parquet", "Writing Parquet files")
     existed = path.exists()
@@ -189,7 +194,7 @@ def check_output(path: str | Path) -> None:
         with path.open("a"):
             pass
     except OSError as exc:
-        raise InputError(f"Cannot write -o {path}: {exc.strerror or exc}.") from None
+        raise InputError(f"Cannot write {flag} {path}: {exc.strerror or exc}.") from None
     if not existed:
         path.unlink()
 

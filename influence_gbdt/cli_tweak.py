@@ -136,10 +136,10 @@ def run(args: argparse.Namespace) -> int:
     target = _target(args.target, ft.classes_) if classifier else args.target
     table = ft.tweak(data, target=target, desired_range=_range(args.desired_range))
     found = table["cost"].notna()
+    mean = f"mean cost {table.loc[found, 'cost'].mean():.4g}" if found.any() else "see the reason column"
     print(
         f"Tweaked {int(found.sum())} of {len(table)} rows ({int((table['source'] == 'unchanged').sum())} "
-        f"already in the target {'class' if classifier else 'range'}); mean cost "
-        f"{table.loc[found, 'cost'].mean():.4g}."
+        f"already in the target {'class' if classifier else 'range'}); {mean}."
     )
     shown = 0
     for i in np.flatnonzero(found.to_numpy() & (table["source"] != "unchanged").to_numpy()).tolist():

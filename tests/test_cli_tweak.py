@@ -78,6 +78,10 @@ def test_tweak_errors_are_one_line_with_exit_code_2(files: tuple, capsys: Any) -
     assert "--bounds must be a JSON object" in capsys.readouterr().err
     assert main(["tweak", path, "--data", str(data), "--label", "label", "--immutable", "zz"]) == 2
     assert "not a feature" in capsys.readouterr().err
+    text = data.parent / "tweaked.txt"  # was written as CSV under a name that says otherwise
+    assert main(["tweak", path, "--data", str(data), "--label", "label", "-o", str(text)]) == 2
+    assert "name it tweaked.csv, tweaked.parquet or tweaked.pq" in capsys.readouterr().err
+    assert not text.exists()
 
 
 def test_tweak_restores_categories_lost_by_csv(tmp_path: Path) -> None:
@@ -176,3 +180,8 @@ def test_tweak_prints_only_the_features_it_changed(tmp_path: Path, capsys: Any) 
                  "--quiet", "--show", "4"]) == 0
     printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  row ")]
     assert printed and all(" i: " not in line for line in printed) and all(" a: " in line for line in printed)
+    # Nothing may change: no tweak, and no "mean cost nan".
+    assert main(["tweak", str(tmp_path / "m.json"), "--data", str(tmp_path / "rows.csv"),
+                 "--immutable", "a,i", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Tweaked 0 of 20 rows") and "see the reason column" in out and "nan" not in out

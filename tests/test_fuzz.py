@@ -545,6 +545,11 @@ CLI_CASES = [
         lambda f, lib: [*_test("test.csv")(f, lib), "-o", str(f["dir"])],
         "is a directory",
     ),
+    CliCase(
+        "output-neither-csv-nor-parquet",
+        lambda f, lib: [*_test("test.csv")(f, lib), "-o", str(f["dir"] / "scores.txt")],
+        "written as CSV or Parquet",
+    ),
     CliCase("empty-csv", lambda f, lib: ["check", *_args(f, lib, train="empty.csv")], "is empty"),
     CliCase("header-only-csv", _test("header_only.csv"), "has no data rows"),
     CliCase("test-extra-column", _test("test_extra.csv"), r"unknown \['extra'\]"),
