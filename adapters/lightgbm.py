@@ -642,7 +642,8 @@ def _unfold(stored: NDArray[np.float64], init: float) -> NDArray[np.float64]:
     """Tree-0 leaves without the folded init score: ``x`` with ``init + x == stored`` in float64,
     so the engine's margins after tree 0 are bit for bit LightGBM's (which trains from ``init`` and
     stores ``x + init``), shape (n_leaves,)."""
-    x = stored - init
+    with np.errstate(invalid="ignore"):  # a degenerate model's init of -inf: NaN, refused with its cause
+        x = stored - init
     for _ in range(4):
         off = (init + x) != stored
         if not off.any():

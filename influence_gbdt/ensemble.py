@@ -105,8 +105,17 @@ def _per_tree(name: str, value: ArrayLike, n_trees: int, dtype: type) -> NDArray
     return np.ascontiguousarray(arr)
 
 
+#: Why a model's base margin or leaf value is not finite, and what to do (the error's second half).
+_NOT_FINITE_MODEL = (
+    "a model storing such a value predicts NaN, infinity or its link's limit (0 under a log link) for "
+    "the rows that reach it, so no training row's influence on them is defined. A log-link objective "
+    "(Poisson, Tweedie, Gamma) stores one when its labels' weighted mean is 0 (every label 0, or every "
+    "positive label weighted 0): retrain it on labels whose positive values carry weight."
+)
+
+
 def _per_row(
-    name: str, value: ArrayLike | None, shape: tuple[int, ...], default: float
+    name: str, value: ArrayLike | None, shape: tuple[int, ...], default: float, why: str = ""
 ) -> NDArray[np.float64]:
     if value is None:
         return np.full(shape, default, dtype=np.float64)
@@ -116,7 +125,7 @@ def _per_row(
     if arr.shape != shape:
         raise InputError(f"{name} must have shape {shape}, got {arr.shape}.")
     if not np.all(np.isfinite(arr)):
-        raise InputError(f"{name} contains NaN or infinite values.")
+        raise InputError(f"{name} contains NaN or infinite values{': ' + why if why else '.'}")
     return np.ascontiguousarray(arr)
 
 
@@ -524,7 +533,7 @@ class TreeEnsemble:
         if values.shape != (int(counts.sum()),):
             raise InputError(f"leaf_values has {values.size} entries, n_leaves sums to {counts.sum()}.")
         if not np.all(np.isfinite(values)):
-            raise InputError("leaf_values contains NaN or infinite values.")
+            raise InputError(f"leaf_values contains NaN or infinite values: {_NOT_FINITE_MODEL}")
         if leaf_idx.min() < 0 or np.any(leaf_idx.max(axis=1) >= counts):
             raise InputError("leaf_index holds a leaf number outside 0 .. n_leaves[t] - 1.")
 
@@ -655,7 +664,7 @@ class TreeEnsemble:
             objective_threads=int(objective_threads),
             objective_order=np.ascontiguousarray(order),
             loss=loss_obj,
-            base_margin=_per_row("base_margin", base_margin, (K,), 0.0),
+            base_margin=_per_row("base_margin", base_margin, (K,), 0.0, why=_NOT_FINITE_MODEL),
             base_rule=base_rule,
             base_anchor=_per_row("base_anchor", base_anchor, (K,), 0.0),
             base_link=link,

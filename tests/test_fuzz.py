@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -788,3 +789,27 @@ def test_every_cut_of_a_model_file_is_refused_before_the_booster_reads_it(
     assert out.returncode == 0, out.stderr[-2000:]
     cuts, refused = map(int, out.stdout.split())
     assert cuts >= 150 and refused == cuts
+
+
+@pytest.mark.parametrize("objective", ["xgboost count:poisson", "xgboost reg:tweedie", "lightgbm poisson",
+                                       "lightgbm tweedie"])
+def test_degenerate_log_link_models_say_why(objective: str) -> None:
+    """Every positive label weighted 0: the booster stores a base score of log 0 and predicts 0 or
+    NaN for every row. The refusal names that cause (it used to say only "base_margin contains NaN
+    or infinite values")."""
+    import lightgbm as lgb
+    import xgboost as xgb
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(300, 3)), rng.poisson(1.0, 300).astype(float)
+    w = np.where(y > 0, 0.0, 1.0)
+    library, name = objective.split()
+    model = (xgb.XGBRegressor(objective=name, n_estimators=5) if library == "xgboost"
+             else lgb.LGBMRegressor(objective=name, n_estimators=5, verbose=-1))
+    with np.errstate(all="ignore"):  # the boosters' own warnings
+        model.fit(X, y, sample_weight=w)
+        assert not np.all(np.isfinite(model.predict(X)) & (model.predict(X) > 0))  # degenerate indeed
+    with pytest.raises(InputError, match="labels' weighted mean is 0"), warnings.catch_warnings():
+        warnings.simplefilter("error")  # the refusal alone, no numpy warning before it
+        BoostingInfluence(model, progress=False).fit(X, y, sample_weight=w)
+
