@@ -110,6 +110,8 @@ class Codec:
                     )
             elif pd.api.types.is_integer_dtype(dtype) and np.isfinite(col).all():
                 data[name] = np.round(col).astype(dtype)
+            elif pd.api.types.is_integer_dtype(dtype):  # rows without a tweak (NaN): <NA> keeps the ints
+                data[name] = pd.array(np.round(col), dtype=_nullable(dtype))
             else:
                 data[name] = col.astype(dtype) if pd.api.types.is_float_dtype(dtype) else col
         return pd.DataFrame(data)
@@ -120,3 +122,12 @@ class Codec:
         if self.is_frame:
             return decoded.reset_index(drop=True)
         return pd.DataFrame(decoded, columns=self.columns)
+
+
+def _nullable(dtype: Any) -> Any:
+    """pandas' nullable integer dtype of the same width and sign as ``dtype`` (itself if it is one)."""
+    if isinstance(dtype, pd.api.extensions.ExtensionDtype):
+        return dtype
+    name = np.dtype(dtype).name  # int8 .. int64, uint8 .. uint64
+    return "UInt" + name[4:] if name.startswith("uint") else "Int" + name[3:]
+

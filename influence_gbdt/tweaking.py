@@ -469,7 +469,8 @@ class FeatureTweaking:
         Returns
         -------
         DataFrame with n_rows rows, indexed like ``X`` (a DataFrame's own index, else 0..n_rows-1)
-            The tweaked features (the input's columns and dtypes; all NaN where no tweak was found),
+            The tweaked features (the input's columns and dtypes; all NaN where no tweak was found,
+            where an integer column becomes pandas' nullable integer of its width, NaN as <NA>),
             then ``cost`` (NaN if none), ``prediction`` (the booster's own prediction of the tweaked
             row: a class label, or a regressor's value), ``n_changed`` (features changed),
             ``source`` (which candidate won: "unchanged", "path", "combined", "climbed",

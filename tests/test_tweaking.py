@@ -580,6 +580,22 @@ def test_integer_columns_stay_integer_whatever_the_list() -> None:
     assert (model.predict(out[list(X.columns)]) != model.predict(rows)).all()  # each row to the other class
 
 
+def test_integer_columns_stay_integer_where_a_row_has_no_tweak() -> None:
+    """Rows without a tweak are NaN: an int64 column becomes pandas' Int64 (<NA> there), not float64,
+    and the tweaked rows' integers are the booster's own input."""
+    X, y = _mixed_frame()
+    X = X.assign(u=X["i"].astype(np.uint8))
+    model = xgb.XGBClassifier(n_estimators=20, max_depth=3, n_jobs=1).fit(X, y)
+    rows = X[model.predict(X) == 0].head(20)
+    out = FeatureTweaking(model, immutable=["a", "b", "u"], progress=False).fit(X).tweak(rows)
+    found = out["cost"].notna().to_numpy()
+    assert 0 < found.sum() < len(rows)  # some rows cannot flip by "i" alone
+    assert out["i"].dtype == "Int64" and out["u"].dtype == "UInt8"
+    assert out["i"].isna().to_numpy().tolist() == (~found).tolist()
+    tweaked = out.loc[found, list(X.columns)].astype(X.dtypes.to_dict())
+    assert (model.predict(tweaked) == 1).all()
+
+
 def test_a_category_the_model_never_saw_is_shown_as_given() -> None:
     """LightGBM reads an unseen category as missing; a tweak that leaves the feature alone shows the
     row's own value, not NaN."""
