@@ -243,7 +243,8 @@ class CatBoostAdapter(BoosterAdapter):
             "counter_calc_method='Full' and an eval_set counted the eval rows in its Counter CTRs, "
             "which are not given here: retrain with counter_calc_method='SkipTest' (the default)."
             if self._ctr and str(self._p.get("counter_calc_method")) == "Full" else
-            " With CTRs the order matters: it fixes CatBoost's permutations." if self._ctr else ""
+            " With CTRs the order matters: it fixes CatBoost's permutations (a model trained on a "
+            "Pool with group_id permuted whole groups, which is not supported)." if self._ctr else ""
         )
 
     def model_features(self) -> tuple[int, list[str] | None]:

@@ -417,3 +417,7 @@ def test_wrong_data_and_counter_with_eval_rows(adult):
     full.fit(X, y, eval_set=evaluation)
     with pytest.raises(ReproductionError, match="counter_calc_method='SkipTest'"):
         CatBoostAdapter(full).prepare(X, y)
+    grouped = cb.CatBoostClassifier(**_params()).fit(cb.Pool(X, y, cat_features=CAT,
+                                                             group_id=np.arange(len(y)) // 4))
+    with pytest.raises(ReproductionError, match="Pool with group_id"):  # its shuffles move whole groups
+        CatBoostAdapter(grouped).prepare(X, y)
