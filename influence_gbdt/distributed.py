@@ -16,7 +16,9 @@ whole-set statistic is reduced first and handed to it. Then:
   one pass (its replay); the per-partition tables (one value per leaf) are summed, the leaf values
   are recomputed from the sums on the client with the engine's own step rule (the head,
   :class:`~influence_gbdt.engine.partitioned.Head`) and
-  compared with the stored ones (:meth:`DistributedEngine.check_reproduction`). Every partition then
+  compared with the stored ones (:meth:`DistributedEngine.check_reproduction`), as is the base margin
+  the booster's rule estimates from all partitions' sums (:meth:`DistributedEngine.check_base_estimate`,
+  where the base is re-estimated). Every partition then
   adopts the whole set's sums, leaf values and step derivatives.
 - **Exact reverse sweep** (LeafInfluence, ``all_points``): the engine's reverse mode
   (:mod:`influence_gbdt.engine.passes`) split at its reductions. Per round, last to first: each
@@ -189,6 +191,16 @@ class DistributedEngine:
         from the stored ones by more than ``rtol`` (relative)."""
         try:
             self.head.engine.check_reproduction(rtol, hint)
+        except ReproductionError as exc:
+            raise ReproductionError(
+                f"{exc} (Dask: {len(self.chunks)} partitions, {self.n_rows} rows.)") from None
+
+    def check_base_estimate(self, hint: str = "") -> None:
+        """Raise :class:`ReproductionError` if the base margin the booster's rule estimates from all
+        partitions' labels and weights is not the stored one (as
+        :meth:`InfluenceEngine.check_base_estimate`, on the whole set's sums)."""
+        try:
+            self.head.engine.check_base_estimate(hint)
         except ReproductionError as exc:
             raise ReproductionError(
                 f"{exc} (Dask: {len(self.chunks)} partitions, {self.n_rows} rows.)") from None
@@ -496,6 +508,7 @@ def fit_explainer(explainer: Any, X: Any, y: Any, sample_weight: Any = None, ini
     adapter.check_features(meta if isinstance(meta, pd.DataFrame) else X)
     engine = DistributedEngine(adapter, X, y, sample_weight, init_score)
     engine.check_reproduction(rtol=adapter.rtol, hint=f"{adapter.library}: {adapter.hint}")
+    engine.check_base_estimate(f"{adapter.library}: {adapter.base_hint}")
     explainer.adapter_ = adapter
     explainer.engine_ = engine
     explainer.n_features_in_ = int(X.shape[1])

@@ -265,6 +265,21 @@ def test_self_check_refuses_wrong_labels(client: Any) -> None:
         _both(model, X, flipped)
 
 
+def test_base_margin_is_checked_on_the_whole_set(client: Any) -> None:
+    """A Booster trained with a Python objective keeps XGBoost's 0.5: the base re-estimated from all
+    partitions' labels (the mean, ~3) would move every score, so fit refuses it as in memory."""
+    import xgboost
+
+    X, y, _, _ = _data()
+    label = y + 3.0
+    bst = xgboost.train({"max_depth": 2}, xgboost.DMatrix(X, label), 3,
+                        obj=lambda p, d: (p - d.get_label(), np.ones_like(p)))
+    with pytest.raises(ReproductionError, match=r"base margin \[0\.5\].*custom objective.*partitions"):
+        _both(bst, X, label)
+    with pytest.raises(ReproductionError, match=r"base margin \[0\.5\]"):
+        BoostingInfluence(bst).fit(X, label)
+
+
 def test_refusals(client: Any) -> None:
     import lightgbm
 
