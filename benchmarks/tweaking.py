@@ -131,7 +131,7 @@ def speed(library: str, m: Any, X: pd.DataFrame, queries: pd.DataFrame,
     tables, seconds = {}, {}
     settings = REGRESSION_SETTINGS if goal else SETTINGS
     for method in ("paths", "combine"):
-        ft = FeatureTweaking(m, method=method, **settings).fit(X)
+        ft = FeatureTweaking(m, method=method, progress=False, **settings).fit(X)
         ft.tweak(queries.head(2), **(goal or {}))  # load the compiled kernel
         t0 = time.process_time()
         tables[method] = ft.tweak(queries, **(goal or {}))
@@ -169,7 +169,7 @@ def gap(library: str, size: str, m: Any, X: pd.DataFrame, queries: pd.DataFrame,
     costs, seconds = {}, {}
     settings = {**(REGRESSION_SETTINGS if goal else SETTINGS), "max_changes": max_changes}
     for name, kw in [*HEURISTICS.items(), ("exact", {"method": "exact", "time_limit": 60.0})]:
-        ft = FeatureTweaking(m, n_reference=0, **kw, **settings).fit(X)
+        ft = FeatureTweaking(m, n_reference=0, progress=False, **kw, **settings).fit(X)
         ft.tweak(queries.head(1), **(goal or {}))
         t0 = time.process_time()
         costs[name] = ft.tweak(queries, **(goal or {}))["cost"].to_numpy()
