@@ -52,9 +52,11 @@ training row is harmful.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import sys
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -189,18 +191,21 @@ class DistributedEngine:
     def check_reproduction(self, rtol: float, hint: str = "") -> None:
         """Raise :class:`ReproductionError` if the leaf values recomputed from all partitions differ
         from the stored ones by more than ``rtol`` (relative)."""
-        try:
+        with self._partitions_named():
             self.head.engine.check_reproduction(rtol, hint)
-        except ReproductionError as exc:
-            raise ReproductionError(
-                f"{exc} (Dask: {len(self.chunks)} partitions, {self.n_rows} rows.)") from None
 
     def check_base_estimate(self, hint: str = "") -> None:
         """Raise :class:`ReproductionError` if the base margin the booster's rule estimates from all
         partitions' labels and weights is not the stored one (as
         :meth:`InfluenceEngine.check_base_estimate`, on the whole set's sums)."""
-        try:
+        with self._partitions_named():
             self.head.engine.check_base_estimate(hint)
+
+    @contextlib.contextmanager
+    def _partitions_named(self) -> Iterator[None]:
+        """A :class:`ReproductionError` raised inside, with the partitions and rows appended."""
+        try:
+            yield
         except ReproductionError as exc:
             raise ReproductionError(
                 f"{exc} (Dask: {len(self.chunks)} partitions, {self.n_rows} rows.)") from None
