@@ -434,8 +434,7 @@ class FeatureTweaking:
             rows = rows_for(target)
             if self.method == "exact":  # the program's optimum, then the combined search's candidates:
                 # the fallback where the optimum fails the booster's predict or the time limit
-                limit = None if self.max_changes is None else int(self.max_changes)
-                result = solve(point, goal, cost, float(self.time_limit), limit)
+                result = solve(point, goal, cost, float(self.time_limit), search.max_changes)
                 if result.values is not None:
                     found.add(result.values[None, :], np.array([result.cost]), EXACT)
             part = search.run(point, goal, rows)
