@@ -77,6 +77,7 @@ and those are the trees explained.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Mapping
@@ -385,7 +386,7 @@ class CatBoostAdapter(BoosterAdapter):
             # CatBoost keeps these losses' approx in exp space and starts it at its scalar table exp
             # fast_exp(bias) (InitApproxes), not exp(bias): the training rows start at the margin
             # log(fast_exp(bias)), up to ~5e-10 from the bias (test rows: bias, as predict).
-            offset = offset + (float(np.log(fast_exp_scalar(b0))) - b0)
+            offset = offset + (math.log(fast_exp_scalar(b0)) - b0)
         values = np.asarray(self.model.get_leaf_values(), dtype=np.float64) * float(scale)
         # A leaf holds K values (value index leaf * K + output): output k of CatBoost tree t is
         # engine tree t * K + k, all K in one round.

@@ -53,7 +53,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from influence_gbdt.errors import UnsupportedModelError
-from influence_gbdt.losses import Loss
+from influence_gbdt.losses import Loss, clog
 
 #: LightGBM's kEpsilon, the float literal ``1e-15f`` (``include/LightGBM/meta.h``): it starts every
 #: leaf's hessian sum, clips the init score's positive rate and is the threshold for folding it in.
@@ -137,7 +137,7 @@ class Objective:
         if self.multiclass:
             share = np.bincount(labels.astype(np.int64), weights=w, minlength=self.n_classes) / total
             if self.name == "multiclass":
-                return np.log(np.maximum(share, K_EPSILON))
+                return clog(np.maximum(share, K_EPSILON))
             return _logit(share, 1.0)
         if self.name == "binary":
             labels = (labels > 0).astype(np.float64)
@@ -160,7 +160,7 @@ class Objective:
 
 def _logit(rate: NDArray[np.float64], sigma: float) -> NDArray[np.float64]:
     rate = np.clip(rate, K_EPSILON, 1.0 - K_EPSILON)
-    return np.log(rate / (1.0 - rate)) / sigma
+    return clog(rate / (1.0 - rate)) / sigma
 
 
 def weighted_percentile(values: NDArray[np.float64], w: NDArray[np.float64] | None, alpha: float) -> float:
