@@ -1,7 +1,11 @@
-"""Developer sessions: ``nox -s tests lint typecheck bench coldstart cpu_levels validation paper label_noise
-docs``."""
+"""Developer sessions: ``nox -s tests oldest lint typecheck bench coldstart cpu_levels validation paper
+label_noise docs``."""
 
 from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
 
 import nox
 
@@ -13,6 +17,31 @@ PYTHON = ["3.11", "3.12"]
 def tests(session: nox.Session) -> None:
     """The default test suite (what CI runs)."""
     session.install("-e", ".[all,test]", "scikit-learn")
+    session.run("pytest", "-q", *session.posargs)
+
+
+def _floors() -> list[str]:
+    """Every requirement of the package, its boosters', plot, parquet, Dask and test extras and
+    scikit-learn (which the tests train with) pinned at the oldest release pyproject.toml admits:
+    ``name>=X`` -> ``name==X``."""
+    project = tomllib.loads((Path(__file__).parent / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    wanted = [*project["dependencies"], *extras["test"], *extras["labelnoise"]]
+    for name in ("xgboost", "lightgbm", "catboost", "plot", "parquet", "dask"):
+        wanted += extras[name]
+    pins = [re.sub(r">=", "==", spec) for spec in wanted if not spec.startswith("cleanlab")]
+    unpinned = [pin for pin in pins if "==" not in pin]
+    if unpinned:
+        raise ValueError(f"requirements without a >= floor: {unpinned}")
+    return pins
+
+
+@nox.session(python="3.11")
+def oldest(session: nox.Session) -> None:
+    """The test suite against the oldest release of every requirement pyproject.toml admits (the
+    boosters' floors among them: influence_gbdt/adapters/versions.py) (~25 min on 2 cores)."""
+    session.install(*_floors())
+    session.install("--no-deps", "-e", ".")
     session.run("pytest", "-q", *session.posargs)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from .base import BoosterAdapter
 from .trees import ModelTrees, not_a_model, read_trees, trees_for
+from .versions import require
 
 #: Top-level module of the model's class -> "module:AdapterClass" (imported lazily).
 _REGISTRY: dict[str, str] = {
@@ -26,12 +27,14 @@ def adapter_for(model: Any, params: Mapping[str, Any] | None = None) -> BoosterA
     Raises
     ------
     UnsupportedModelError
-        If the model's class does not come from XGBoost, LightGBM or CatBoost.
+        If the model's class does not come from XGBoost, LightGBM or CatBoost, or its library is
+        older than the adapters' floor (:data:`.versions.MINIMUM`).
     """
     library = type(model).__module__.split(".")[0]
     target = _REGISTRY.get(library)
     if target is None:
         raise not_a_model(model)
+    require(library)
     module_name, class_name = target.split(":")
     adapter_cls: type[BoosterAdapter] = getattr(importlib.import_module(module_name), class_name)
     return adapter_cls(model, params)

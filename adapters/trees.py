@@ -24,6 +24,8 @@ from influence_gbdt.errors import InputError, UnsupportedModelError
 from influence_gbdt.pipelines import is_pipeline, is_target_transformed, selected, why_not
 from influence_gbdt.trees import TreeStructure
 
+from .versions import require
+
 #: Top-level module of the model's class -> "module:ReaderClass" (imported lazily).
 _READERS: dict[str, str] = {
     "xgboost": "influence_gbdt.adapters.xgboost_trees:XGBoostTrees",
@@ -197,14 +199,16 @@ def trees_for(model: Any) -> ModelTrees:
     Raises
     ------
     UnsupportedModelError
-        If the model's class does not come from XGBoost, LightGBM or CatBoost, or the reader
-        refuses the model (the message names the setting and the fix).
+        If the model's class does not come from XGBoost, LightGBM or CatBoost, its library is
+        older than the adapters' floor (:data:`.versions.MINIMUM`), or the reader refuses the model
+        (the message names the setting and the fix).
     """
     model = selected(model)
     library = type(model).__module__.split(".")[0]
     target = _READERS.get(library)
     if target is None:
         raise not_a_model(model)
+    require(library)
     module_name, class_name = target.split(":")
     reader_cls: type[ModelTrees] = getattr(importlib.import_module(module_name), class_name)
     return reader_cls(model)

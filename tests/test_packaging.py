@@ -1,10 +1,17 @@
 """What a wheel holds: every sub-package of the sources (an editable install finds a sub-package that
-pyproject.toml does not list; a wheel silently leaves it out)."""
+pyproject.toml does not list; a wheel silently leaves it out); what its extras require of the
+boosters."""
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
+
+import pytest
+
+from influence_gbdt.adapters.versions import MINIMUM, check_release, release
+from influence_gbdt.errors import UnsupportedModelError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,3 +25,25 @@ def test_every_package_directory_is_listed_for_the_wheel() -> None:
             parts = init.parent.relative_to(ROOT / folder).parts
             found.add(".".join((name, *parts)))
     assert found <= listed, f"packages missing from pyproject.toml: {sorted(found - listed)}"
+
+
+def test_each_boosters_extra_requires_the_release_its_adapter_reproduces() -> None:
+    """``pip install "influence-gbdt[xgboost]"`` installs no release the adapter refuses, and admits
+    every release it takes (``nox -s oldest`` runs the suite at these floors)."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for library, floor in MINIMUM.items():
+        (spec,) = extras[library]
+        name, _, version = spec.partition(">=")
+        assert name == library and release(version) == floor, (spec, floor)
+
+
+def test_a_booster_older_than_its_floor_is_refused_with_the_release_it_needs() -> None:
+    for library, floor in MINIMUM.items():
+        check_release(library, ".".join(map(str, floor)))  # the floor itself
+        check_release(library, f"{floor[0]}.{floor[1] + 1}.0rc1")
+        check_release(library, "dev")  # a build from source that names no release
+        need, older = ".".join(map(str, floor)), ".".join(map(str, (*floor[:-1], floor[-1] - 1)))
+        said = rf"from {library} {re.escape(need)} on, and {library} {re.escape(older)} is installed"
+        with pytest.raises(UnsupportedModelError, match=said):
+            check_release(library, older)
+    assert release("3.1.0rc1") == (3, 1, 0) and release("1.2") == (1, 2) and release("") == ()

@@ -90,7 +90,7 @@ def test_a_pipeline_fitted_on_polars_transforms_the_polars_rows() -> None:
     """A ``ColumnTransformer`` pipeline fitted on a polars frame with a text column: its steps get the
     user's polars rows (as its ``predict`` does), and the scores are the booster's alone on what
     they make."""
-    pytest.importorskip("sklearn")
+    pytest.importorskip("sklearn", minversion="1.4")  # its ColumnTransformer takes polars frames from 1.4
     import lightgbm
     from sklearn.compose import make_column_transformer
     from sklearn.pipeline import make_pipeline

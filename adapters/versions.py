@@ -1,0 +1,66 @@
+"""The oldest release of each booster that the adapters reproduce.
+
+``pyproject.toml``'s extras (``xgboost>=3.2``, ...) state the same floors, and a test checks that the
+two agree. ``nox -s oldest`` runs the test suite against every requirement's floor. Below these
+releases the boosters compute or store models otherwise than the adapters model them (measured
+with the adapters' tests, 2026-11-30, against the releases the extras admitted before: XGBoost 2.1.0
+to 3.1.3, LightGBM 4.0.0 to 4.6.0, CatBoost 1.2 to 1.2.6):
+
+- XGBoost 2.1 estimates a binary, Poisson, gamma or Tweedie model's intercept by one Newton step
+  from margin 0 (the weighted label mean from 3.1), none for a multiclass model (0.5), and one base
+  score for every target of a multi-target model; 3.1 stores a multiclass intercept as class
+  shares and writes vector leaves without ``leaf_weights``.
+- LightGBM 4.6 renews the leaves of weighted ``regression_l1`` and ``quantile`` models with another
+  weighted percentile, and its ``refit`` with boost_from_average differs from 4.7's; 4.3 and 4.0
+  reproduce ``cross_entropy`` models only to 2e-8, and 4.0 renews unweighted L1 and quantile
+  leaves otherwise too.
+- CatBoost 1.2 to 1.2.2 name boolean classes ``'False'``, ``'True'``; up to 1.2.5 a Lossguide
+  multiclass model's trees read otherwise; 1.2.6 trains on no polars frame (the floor is the release
+  whose models the whole test suite proves, polars rows among them).
+
+Most of these surfaced as a refusal naming another cause (the data, a parameter); a few as scores
+of a model reproduced only to 2e-8. So a model whose library is older is refused up front, with the
+release it needs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+
+from influence_gbdt.errors import UnsupportedModelError
+
+#: Library -> the oldest release the adapters reproduce (pyproject.toml's ``>=`` floors).
+MINIMUM: dict[str, tuple[int, ...]] = {
+    "xgboost": (3, 2),
+    "lightgbm": (4, 7),
+    "catboost": (1, 2, 7),
+}
+
+
+def release(version: str) -> tuple[int, ...]:
+    """The numeric release a version string starts with: ``"3.1.0rc1"`` -> ``(3, 1, 0)``,
+    ``"1.2"`` -> ``(1, 2)``; ``()`` if it starts with no number."""
+    match = re.match(r"\d+(?:\.\d+)*", version.strip())
+    return tuple(int(part) for part in match.group(0).split(".")) if match else ()
+
+
+def check_release(library: str, version: str) -> None:
+    """Raise :class:`~influence_gbdt.errors.UnsupportedModelError` if ``version`` of ``library`` (a
+    key of :data:`MINIMUM`) is older than its floor. A version that starts with no release number
+    (a build from source without one) passes."""
+    floor = MINIMUM[library]
+    found = release(version)
+    if found and found < floor:
+        need = ".".join(str(part) for part in floor)
+        raise UnsupportedModelError(
+            f"influence-gbdt reproduces {library} models from {library} {need} on, and {library} "
+            f"{version} is installed: older releases compute or store some leaf values, base scores "
+            f"or classes otherwise (influence_gbdt/adapters/versions.py). Upgrade it (pip install -U "
+            f"\"{library}>={need}\") and retrain the model with it."
+        )
+
+
+def require(library: str) -> None:
+    """:func:`check_release` for the installed ``library`` (imported: the model comes from it)."""
+    check_release(library, str(getattr(importlib.import_module(library), "__version__", "")))
