@@ -4,7 +4,7 @@
 two agree. ``nox -s oldest`` runs the test suite against every requirement's floor. Below these
 releases the boosters compute or store models otherwise than the adapters model them (measured
 with the adapters' tests, 2026-11-30, against the releases the extras admitted before: XGBoost 2.1.0
-to 3.1.3, LightGBM 4.0.0 to 4.6.0, CatBoost 1.2 to 1.2.6):
+to 3.1.3, LightGBM 4.0.0 to 4.6.0, CatBoost 1.2 to 1.2.5):
 
 - XGBoost 2.1 estimates a binary, Poisson, gamma or Tweedie model's intercept by one Newton step
   from margin 0 (the weighted label mean from 3.1), none for a multiclass model (0.5), and one base
@@ -15,8 +15,7 @@ to 3.1.3, LightGBM 4.0.0 to 4.6.0, CatBoost 1.2 to 1.2.6):
   reproduce ``cross_entropy`` models only to 2e-8, and 4.0 renews unweighted L1 and quantile
   leaves otherwise too.
 - CatBoost 1.2 to 1.2.2 name boolean classes ``'False'``, ``'True'``; up to 1.2.5 a Lossguide
-  multiclass model's trees read otherwise; 1.2.6 trains on no polars frame (the floor is the release
-  whose models the whole test suite proves, polars rows among them).
+  multiclass model's trees read otherwise.
 
 Most of these surfaced as a refusal naming another cause (the data, a parameter); a few as scores
 of a model reproduced only to 2e-8. So a model whose library is older is refused up front, with the
@@ -34,7 +33,7 @@ from influence_gbdt.errors import UnsupportedModelError
 MINIMUM: dict[str, tuple[int, ...]] = {
     "xgboost": (3, 2),
     "lightgbm": (4, 7),
-    "catboost": (1, 2, 7),
+    "catboost": (1, 2, 6),
 }
 
 

@@ -224,12 +224,14 @@ def plot_removal_curve(curve: pd.DataFrame, target: str = "test_reduction", ax: 
     ax = _axes(ax)
     stats = curve.groupby(["strategy", "m"])[target].agg(["mean", "std"]).reset_index()
     for strategy, part in stats.groupby("strategy", sort=False):
+        # float arrays: matplotlib 3.7 with pandas 2.0 fails on a Series of ints in fill_between
+        m, mean = part["m"].to_numpy(dtype=np.float64), part["mean"].to_numpy(dtype=np.float64)
         if strategy == "random":
-            ax.plot(part["m"], part["mean"], color=NEUTRAL, marker="o", linestyle="--", label="random rows")
-            spread = part["std"].fillna(0)
-            ax.fill_between(part["m"], part["mean"] - spread, part["mean"] + spread, color=NEUTRAL, alpha=0.2)
+            ax.plot(m, mean, color=NEUTRAL, marker="o", linestyle="--", label="random rows")
+            spread = part["std"].fillna(0).to_numpy(dtype=np.float64)
+            ax.fill_between(m, mean - spread, mean + spread, color=NEUTRAL, alpha=0.2)
         else:
-            ax.plot(part["m"], part["mean"], marker="o", label=f"most harmful by {strategy}")
+            ax.plot(m, mean, marker="o", label=f"most harmful by {strategy}")
     ax.axhline(0, color="black", linewidth=0.8)
     removed = np.unique(stats["m"].to_numpy(dtype=np.float64))
     if removed.size > 2 and removed[removed > 0].size and removed.max() > 10 * removed[removed > 0].min():

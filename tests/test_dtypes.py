@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from boosters import LIBRARIES, binary_data, default_model
+from boosters import LIBRARIES, binary_data, default_model, fit_or_skip
 
 from influence_gbdt import BoostingInfluence
 
@@ -39,12 +39,7 @@ def test_nullable_dtypes_score_as_their_float_columns(library: str) -> None:
     frame, bit for bit."""
     X, y, X_test, y_test = binary_data(n=300, n_test=5)
     X, X_test = _nullable(X), _nullable(X_test)
-    try:
-        model: Any = default_model(library).fit(X, y)
-    except TypeError as e:  # CatBoost with pandas 2.0 reads pd.NA as an object it cannot convert
-        if "NAType" not in str(e):
-            raise
-        pytest.skip(f"{library} does not train on pd.NA with pandas {pd.__version__}: {e}")
+    model: Any = fit_or_skip(default_model(library), X, y)
     ex = BoostingInfluence(model, progress=False).fit(X, y)
     proba = ex.explain_prediction(X_test.iloc[[2]], y_test[[2]]).probabilities[1]
     np.testing.assert_allclose(proba, model.predict_proba(X_test.iloc[[2]])[0, 1], rtol=1e-5)  # float32 sums
