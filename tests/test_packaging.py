@@ -9,8 +9,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
-
 from influence_gbdt.adapters.versions import MINIMUM, check_release, release
+
 from influence_gbdt.errors import UnsupportedModelError
 
 ROOT = Path(__file__).resolve().parents[1]
