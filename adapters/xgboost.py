@@ -598,8 +598,9 @@ class XGBoostAdapter(BoosterAdapter):
     def base_hint(self) -> str:
         """A Booster trained with a custom objective (``xgb.train(obj=...)``) keeps base_score 0.5:
         XGBoost estimates none for it, and its gradients are not in the model. A model trained by
-        XGBoost 2.x or 3.0 and loaded into a newer release estimated its base score by one Newton
-        step from margin 0 (:mod:`.versions`), not by the rule of the release that loads it."""
+        XGBoost 2.x (measured at 2.1.0; 3.0 by its source) and loaded into a newer release estimated
+        its base score by one Newton step from margin 0 (:mod:`.versions`), not by the rule of the
+        release that loads it."""
         return (super().base_hint + " A Booster trained with a custom objective (xgb.train(obj=...)) keeps "
                 "base_score 0.5, unestimated, and is not supported: retrain with a built-in objective. "
                 "A model trained by XGBoost before 3.1 (then saved and loaded) estimated it by another "
