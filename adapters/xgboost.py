@@ -104,6 +104,7 @@ from .base import BoosterAdapter, check_numeric_params, one_thread, target_matri
 from .xgboost_leaves import JsonTrees, NumericTrees, float32_rows
 from .xgboost_objectives import RT_EPS, Objective, objective_from_config
 from .xgboost_rounding import rounding_units
+from .xgboost_trees import vector_leaf_values
 
 #: Accepted ``params`` keys -> canonical name (XGBoost aliases included).
 _ALIASES: dict[str, str] = {
@@ -182,6 +183,8 @@ class XGBoostAdapter(BoosterAdapter):
     #: rows, 100 rounds of 1, 3 and 10 classes), and half more.
     fit_bytes_per_tree_row: ClassVar[float] = 8.0
     data_errors: ClassVar[tuple[type[Exception], ...]] = (xgb.core.XGBoostError,)
+    #: The model's objective, with the base link of the release that estimated its base score.
+    objective: Objective
 
     def __init__(self, model: Any, params: Mapping[str, Any] | None = None) -> None:
         super().__init__(model, params)
@@ -207,6 +210,8 @@ class XGBoostAdapter(BoosterAdapter):
         if stored.size != self.n_outputs:  # a single stored value is shared by every output
             stored = np.broadcast_to(stored[:1], (self.n_outputs,))
         self.base_estimated = model_param["boost_from_average"] == "1" and "base_score" not in user
+        if self.base_estimated:
+            self.objective = self.objective.as_estimated(stored)
         #: The logistic estimate sits at XGBoost's clip (all labels one class): held fixed.
         self._base_clipped = self.objective.clipped(stored)
         #: The start margin of every output, shape (K,).
@@ -268,7 +273,7 @@ class XGBoostAdapter(BoosterAdapter):
                 )
                 + "Retrain with booster='gbtree'."
             )
-        self.objective: Objective = objective_from_config(config)
+        self.objective = objective_from_config(config)
         self.loss = self.objective.loss.name
         updaters = config["gradient_booster"]["gbtree_train_param"]["updater_seq"]
         if self.objective.renewed and "grow_colmaker" in updaters:
@@ -329,14 +334,12 @@ class XGBoostAdapter(BoosterAdapter):
 
     def _vector_leaves(self, trees: list[dict[str, Any]], flat: JsonTrees) -> list[NDArray[np.float64]]:
         """The leaf values of vector-leaf trees, one array per output of each tree (tree by tree,
-        output by output), in leaf-number order: a leaf node's vector is row ``right_children[node]``
-        of ``leaf_weights`` read as (leaves, K)."""
+        output by output), in leaf-number order (:func:`.xgboost_trees.vector_leaf_values`)."""
         K = self._vector
         out: list[NDArray[np.float64]] = []
         for t, tree in enumerate(trees):
             leaf_nodes = np.flatnonzero(flat.leaf_number[flat.start[t] : flat.start[t + 1]] >= 0)
-            slot = np.asarray(tree["right_children"], dtype=np.int64)[leaf_nodes]
-            vectors = np.asarray(tree["leaf_weights"], dtype=np.float64).reshape(-1, K)[slot]
+            vectors = vector_leaf_values(tree, leaf_nodes, K)
             out.extend(np.ascontiguousarray(vectors[:, k]) for k in range(K))
         return out
 

@@ -58,7 +58,7 @@ the logistic and squared-error objectives.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -135,6 +135,24 @@ class Objective:
         if self.name in _MULTICLASS:
             return b.astype(np.float64)
         return self.loss.mean_link(b.astype(np.float64), self.base_link)  # as a retrain's estimate
+
+    def as_estimated(self, stored: np.ndarray) -> Objective:
+        """This objective with the base link of the release that estimated the ``stored`` base
+        score (float32, shape (K,)).
+
+        XGBoost 3.2 estimates a multiclass intercept as the centred logs of the weighted class
+        shares (``log_share_centered32``, summing to 0); 3.1 stored the shares themselves and adds
+        them to the margins as they are (measured at 3.1.3: margin minus leaves is the stored
+        shares; XGBoost's #11786 changed it). A model trained by 3.1 keeps its shares when loaded
+        into 3.2, so the rule is read off the stored value, which sums to 1 only as shares. Other
+        objectives are returned as they are.
+        """
+        b = np.asarray(stored, dtype=np.float64)
+        # Each float32 share is within 6e-8 of its value, so K shares sum to 1 within 1e-4 up to K ~ 1,600.
+        shares = bool(np.all(b > 0.0) and abs(b.sum() - 1.0) < 1e-4)
+        if self.name in _MULTICLASS and shares:
+            return replace(self, base_link="identity")
+        return self
 
     def clipped(self, stored: np.ndarray) -> bool:
         """Whether a logistic base estimate sits at XGBoost's clip (all labels of one class)."""

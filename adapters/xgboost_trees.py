@@ -6,8 +6,9 @@ From the JSON model (``save_raw('json')``), resolved here:
   a missing value (NaN, or the scikit-learn model's ``missing=``) follows ``default_left``;
 * categorical nodes (``split_type == 1``) send the listed categories *right*, every other code
   (also an invalid one) left: the reader swaps the children so the listed set goes left;
-* leaf values are ``split_conditions`` of leaves (float32), or ``leaf_weights`` slices for vector
-  leaves (``multi_strategy='multi_output_tree'``); ``pred_leaf`` numbers leaves by node id;
+* leaf values are ``split_conditions`` of leaves (float32), or for vector leaves
+  (``multi_strategy='multi_output_tree'``) rows of ``leaf_weights`` (XGBoost 3.2 on) or of
+  ``base_weights`` (3.1, :func:`vector_leaf_values`); ``pred_leaf`` numbers leaves by node id;
 * the base score is stored through the objective's link (probability for logistic objectives, the
   mean for log-link ones) and is mapped back to the margin;
 * a scikit-learn model fitted with early stopping predicts with the trees up to ``best_iteration``
@@ -179,13 +180,32 @@ class XGBoostTrees(ModelTrees):
         return (prob.ravel() > 0.5).astype(np.int64)
 
 
+def vector_leaf_values(tree: dict[str, Any], nodes: NDArray[np.int64], K: int) -> NDArray[np.float64]:
+    """The vectors of the leaf ``nodes`` (local node ids) of one vector-leaf JSON tree, shape
+    (len(nodes), K), as the JSON numbers read in float64.
+
+    XGBoost 3.2 writes them to ``leaf_weights``, the leaf ``node``'s vector at row
+    ``right_children[node]``; XGBoost 3.1 writes no ``leaf_weights`` and keeps them in
+    ``base_weights`` (one row of K per node, the learning rate applied), at row ``node``: measured,
+    the 3.1 margins are the base score plus these rows to float32 rounding.
+    """
+    if "leaf_weights" in tree:
+        slots = np.asarray(tree["right_children"], dtype=np.int64)[nodes]
+        return np.asarray(tree["leaf_weights"], dtype=np.float64).reshape(-1, K)[slots]
+    return np.asarray(tree["base_weights"], dtype=np.float64).reshape(-1, K)[nodes]
+
+
 def _add_tree(builder: StructureBuilder, tree: dict[str, Any], klass: int) -> None:
     """Append one JSON tree; node ids keep their order, so ``leaf_id`` is the local node id."""
     left = tree["left_children"]
     right = tree["right_children"]
     cond = np.asarray(tree["split_conditions"], dtype=np.float32).astype(np.float64)
     dim = int(tree["tree_param"].get("size_leaf_vector", "1"))
-    weights = np.asarray(tree.get("leaf_weights", []), dtype=np.float32).astype(np.float64)
+    vectors: dict[int, NDArray[np.float64]] = {}
+    if dim > 1:  # leaf node -> its vector, float32 as XGBoost predicts with it
+        leaves = np.flatnonzero(np.asarray(left) == -1)
+        rows = vector_leaf_values(tree, leaves, dim).astype(np.float32).astype(np.float64)
+        vectors = dict(zip(leaves.tolist(), rows, strict=True))
     cats: dict[int, list[int]] = {}
     for node, start, size in zip(
         tree.get("categories_nodes", []),
@@ -198,7 +218,7 @@ def _add_tree(builder: StructureBuilder, tree: dict[str, Any], klass: int) -> No
     start = builder.n_nodes
     for n in range(len(left)):
         if left[n] == -1:
-            value = weights[right[n] * dim : (right[n] + 1) * dim] if dim > 1 else cond[n]
+            value = vectors[n] if dim > 1 else cond[n]
             builder.add_node(value=value, leaf_id=n)
         elif split_type[n] == 1:  # listed categories go right in XGBoost: swapped below
             builder.add_node(

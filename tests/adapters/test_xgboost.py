@@ -28,6 +28,7 @@ import pytest
 import xgboost as xgb
 from influence_gbdt.adapters import adapter_for
 from influence_gbdt.adapters.xgboost import XGBoostAdapter, rounding_units
+from boosters import skip_where_xgboost_misreads_categoricals, trained_or_skip
 from xgboost_helpers import margin_tol
 
 from influence_gbdt import BoostingInfluence
@@ -226,6 +227,7 @@ def test_small_inputs_are_predicted_on_one_thread_alike(data, monkeypatch):
 
 
 def test_categorical_dataframe(data):
+    skip_where_xgboost_misreads_categoricals()
     X, y = data["X"], data["binary"]
     df = pd.DataFrame(X[:, :4], columns=list("abcd"))
     df["cat"] = pd.Categorical(np.where(X[:, 4] > 0.3, "u", np.where(X[:, 5] > 0, "v", "z")))
@@ -585,7 +587,7 @@ def test_logistic_labels_of_one_class(data):
     the hessians p(1-p) ~ 1e-6 leave every tree a root storing 0."""
     X = data["X"]
     y = np.zeros(N)
-    booster = _train({"objective": "binary:logistic"}, X, y, rounds=5)
+    booster = trained_or_skip(lambda: _train({"objective": "binary:logistic"}, X, y, rounds=5))
     adapter = XGBoostAdapter(booster)
     engine = adapter.prepare(X, y)
     assert engine.ensemble.base_rule == "fixed" and engine.residual == 0

@@ -40,6 +40,11 @@ from influence_gbdt.errors import UnsupportedModelError
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 N, ROUNDS, EPS = 400, 10, 0.05
+#: Fewer rounds for the multiclass models compared with retraining: a later tree's splits are near
+#: ties, which one deleted row flips. XGBoost 3.1's near-uniform start (the class shares as margins)
+#: flips more: at 10 rounds no deletion of rows 0-39 kept softprob's structure there (measured at
+#: 3.1.3; 9 at 3.2.0); at 6 rounds 12 do (9 at 3.2.0).
+ROUNDS_OF = {"softprob": 6, "softmax_w": 6}
 PROBE = np.arange(40)  # retraining these small models is cheap; about 1 in 5 keeps the structure
 
 
@@ -101,10 +106,11 @@ def _scores(engine: InfluenceEngine, method: str, test: TestPoints, rows, K: int
 @pytest.mark.parametrize("name", list(OBJECTIVES))
 def test_objective_reproduces_and_matches_retraining(data, name):
     extra, target, weighted = OBJECTIVES[name]
+    rounds = ROUNDS_OF.get(name, ROUNDS)
     params = {"max_depth": 2, "eta": 0.3, **extra}
     X, Xt, y = data["X"], data["Xt"], data[target]
     w = data["w"] if weighted else None
-    bst = train(params, X, y, w, ROUNDS)
+    bst = train(params, X, y, w, rounds)
     adapter = XGBoostAdapter(bst)
     engine = adapter.prepare(X, y, w)  # the self-check
     K = engine.ensemble.n_outputs
@@ -112,7 +118,7 @@ def test_objective_reproduces_and_matches_retraining(data, name):
 
     f_train = _columns(bst.predict(xgb.DMatrix(X), output_margin=True).astype(np.float64))
     f_test = _columns(bst.predict(xgb.DMatrix(Xt), output_margin=True).astype(np.float64))
-    tol = margin_tol(ROUNDS, f_train, f_test)
+    tol = margin_tol(rounds, f_train, f_test)
     test = TestPoints(leaf_index=adapter.leaf_indices(Xt), offset=adapter.init_offset(Xt))
     np.testing.assert_allclose(_columns(engine.train_margin), f_train, rtol=0, atol=tol)
     np.testing.assert_allclose(_columns(engine.predict_margin(test)), f_test, rtol=0, atol=tol)
@@ -123,7 +129,7 @@ def test_objective_reproduces_and_matches_retraining(data, name):
     kept = []
     for r, i in enumerate(PROBE):
         keep = np.arange(N) != i
-        retrained = train(params, X[keep], y[keep], None if w is None else w[keep], ROUNDS)
+        retrained = train(params, X[keep], y[keep], None if w is None else w[keep], rounds)
         f_without = kept_margins(bst, retrained, X, keep, Xt)
         if f_without is None:
             continue
@@ -147,7 +153,7 @@ def test_objective_reproduces_and_matches_retraining(data, name):
         for sign in (1, -1):
             v2 = v.copy()
             v2[i] += sign * EPS
-            f2 = kept_margins(bst, train(params, X, y, v2, ROUNDS), X, None, Xt)
+            f2 = kept_margins(bst, train(params, X, y, v2, rounds), X, None, Xt)
             if f2 is not None:
                 margins.append(_columns(f2))
         if len(margins) < 2:
@@ -179,11 +185,12 @@ def test_the_test_loss_is_xgboosts_metric(data, name):
     change of XGBoost's eval metric between the model and its retrain without the row (ratio 1; the
     absolute error was once |y - F| / 2, half of XGBoost's)."""
     extra, target, weighted = OBJECTIVES[name]
+    rounds = ROUNDS_OF.get(name, ROUNDS)
     params = {"max_depth": 2, "eta": 0.3, **extra, "eval_metric": METRIC_OF[name]}
     X, Xt, y = data["X"], data["Xt"], data[target]
     yt = data[target][:Xt.shape[0]]
     w = data["w"] if weighted else None
-    bst = train(params, X, y, w, ROUNDS)
+    bst = train(params, X, y, w, rounds)
     adapter = XGBoostAdapter(bst)
     engine = adapter.prepare(X, y, w)
     test = TestPoints(leaf_index=adapter.leaf_indices(Xt), offset=adapter.init_offset(Xt), y=yt)
@@ -195,7 +202,7 @@ def test_the_test_loss_is_xgboosts_metric(data, name):
     changes = []
     for r, i in enumerate(PROBE):
         keep = np.arange(N) != i
-        retrained = train(params, X[keep], y[keep], None if w is None else w[keep], ROUNDS)
+        retrained = train(params, X[keep], y[keep], None if w is None else w[keep], rounds)
         if kept_margins(bst, retrained, X, keep, Xt) is None:
             continue
         truth = before - _metric(retrained, dtest, METRIC_OF[name])
