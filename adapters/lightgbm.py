@@ -93,6 +93,7 @@ from influence_gbdt.tabular import n_rows
 
 from .base import BoosterAdapter, check_numeric_params, one_thread
 from .lightgbm_objectives import K_EPSILON, Objective, label_weights, resolve
+from .versions import WEIGHTED_PERCENTILE, require
 
 __all__ = ["K_EPSILON", "LightGBMAdapter"]
 #: Parameters that enter leaf values (the ones whose 6-digit print can spoil the self-check).
@@ -473,6 +474,8 @@ class LightGBMAdapter(BoosterAdapter):
         # LightGBM's Python package drops a weight vector of all ones (Dataset.set_weight): the
         # percentiles of L1 / quantile then take their unweighted definition.
         weighted = not np.all(given_w == 1.0)
+        if weighted and self.objective.renewed:
+            require("lightgbm", WEIGHTED_PERCENTILE)  # 4.6 takes another weighted percentile
         if init_score is None and self._params.get("boost_from_average", "1") == "1":
             base_refit = True
             data_w = _float32(given_w)  # LightGBM's Dataset weight
@@ -625,11 +628,17 @@ class LightGBMAdapter(BoosterAdapter):
 
     @property
     def hint(self) -> str:
-        """Likely causes of a failed self-check."""
+        """Likely causes of a failed self-check (for L1 and quantile models also the release that
+        trained a weighted one: the model text names only ``version=v4``)."""
+        renewed = (
+            f" A weighted {self.objective.name} model trained by LightGBM 4.6 or older and loaded into "
+            "this release renews its leaves otherwise: retrain it with this release."
+            if self.objective.renewed else ""
+        )
         return (
             "Pass exactly the training rows, in training order, with the labels, sample weights and "
             "init_score the model was trained with (LightGBM keeps none of them); for an LGBMClassifier "
-            "trained with class_weight, pass the classifier, not its booster_."
+            "trained with class_weight, pass the classifier, not its booster_." + renewed
         )
 
 

@@ -1,26 +1,36 @@
-"""The oldest release of each booster that the adapters reproduce.
+"""The oldest release of each booster that the adapters reproduce, and the features that need a
+newer one.
 
-``pyproject.toml``'s extras (``xgboost>=3.2``, ...) state the same floors, and a test checks that the
+``pyproject.toml``'s extras (``xgboost>=3.1``, ...) state the same floors, and a test checks that the
 two agree. ``nox -s oldest`` runs the test suite against every requirement's floor. Below these
 releases the boosters compute or store models otherwise than the adapters model them (measured
-with the adapters' tests, 2026-11-30, at releases the extras admitted before: XGBoost 2.1.0, 3.1.0
-and 3.1.3, LightGBM 4.0.0, 4.3.0, 4.5.0 and 4.6.0, CatBoost 1.2 to 1.2.5):
+with the adapters' tests, 2026-11-30, at XGBoost 2.1.0, 3.1.0 and 3.1.3, LightGBM 4.0.0, 4.3.0,
+4.5.0 and 4.6.0, CatBoost 1.2 to 1.2.5):
 
 - XGBoost 2.1 estimates a binary, Poisson, gamma or Tweedie model's intercept by one Newton step
   from margin 0 (so does 3.0, by its source at v3.0.5, not run here; 3.1 takes the weighted label
-  mean), none for a multiclass model (0.5), and one base score for every target of a multi-target
-  model; 3.1 stores a multiclass intercept as class shares and writes vector leaves without
-  ``leaf_weights``.
-- LightGBM 4.6 renews the leaves of weighted ``regression_l1`` and ``quantile`` models with another
-  weighted percentile, and its ``refit`` with boost_from_average differs from 4.7's; 4.3 and 4.0
-  reproduce ``cross_entropy`` models only to 2e-8, and 4.0 renews unweighted L1 and quantile
-  leaves otherwise too (4.5 failed 69 of the 136 LightGBM tests beside numpy 2.4, not analysed).
+  mean, as 3.2), none for a multiclass model (0.5), and one base score for every target of a
+  multi-target model.
+- LightGBM 4.3 and 4.0 reproduce ``cross_entropy`` models only to 2e-8, and 4.0 renews unweighted
+  L1 and quantile leaves otherwise (4.5 failed 69 of the 136 LightGBM tests beside numpy 2.4, not
+  analysed).
 - CatBoost 1.2 to 1.2.2 name boolean classes ``'False'``, ``'True'``; up to 1.2.5 a Lossguide
   multiclass model's trees read otherwise.
 
 Most of these surfaced as a refusal naming another cause (the data, a parameter); a few as scores
 of a model reproduced only to 2e-8. So a model whose library is older is refused up front, with the
 release it needs.
+
+Within the supported releases the adapters follow what differs:
+
+- XGBoost 3.1 stores a multiclass intercept as the class shares and adds them to the margins as
+  they are (3.2: their centred logs), and writes vector leaves to ``base_weights`` (3.2:
+  ``leaf_weights``); both are read either way (:mod:`.xgboost_objectives`, :mod:`.xgboost_trees`).
+- LightGBM 4.6 renews the leaves and the boost_from_average init score of *weighted*
+  ``regression_l1`` and ``quantile`` models with another weighted percentile than 4.7 (a rule the
+  engine does not model): such a model needs 4.7 (:data:`FEATURE_MINIMUM`). Its ``Booster.refit``
+  of a model read from a string took the default objective (LightGBM #6851), which only the tests
+  use.
 """
 
 from __future__ import annotations
@@ -32,9 +42,18 @@ from influence_gbdt.errors import UnsupportedModelError
 
 #: Library -> the oldest release the adapters reproduce (pyproject.toml's ``>=`` floors).
 MINIMUM: dict[str, tuple[int, ...]] = {
-    "xgboost": (3, 2),
-    "lightgbm": (4, 7),
+    "xgboost": (3, 1),
+    "lightgbm": (4, 6),
     "catboost": (1, 2, 6),
+}
+
+#: The LightGBM models whose renewed leaves 4.6 computes otherwise (module docstring).
+WEIGHTED_PERCENTILE = "weighted regression_l1 and quantile models"
+
+#: (library, models) -> the oldest release that reproduces those models, where it is newer than
+#: the library's :data:`MINIMUM`; each entry is checked by its adapter.
+FEATURE_MINIMUM: dict[tuple[str, str], tuple[int, ...]] = {
+    ("lightgbm", WEIGHTED_PERCENTILE): (4, 7),
 }
 
 
@@ -45,22 +64,23 @@ def release(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in match.group(0).split(".")) if match else ()
 
 
-def check_release(library: str, version: str) -> None:
+def check_release(library: str, version: str, models: str | None = None) -> None:
     """Raise :class:`~influence_gbdt.errors.UnsupportedModelError` if ``version`` of ``library`` (a
-    key of :data:`MINIMUM`) is older than its floor. A version that starts with no release number
-    (a build from source without one) passes."""
-    floor = MINIMUM[library]
+    key of :data:`MINIMUM`) is older than its floor, or, given ``models`` (a key of
+    :data:`FEATURE_MINIMUM` with ``library``), older than the floor of those models. A version that
+    starts with no release number (a build from source without one) passes."""
+    floor = MINIMUM[library] if models is None else FEATURE_MINIMUM[library, models]
     found = release(version)
     if found and found < floor:
         need = ".".join(str(part) for part in floor)
         raise UnsupportedModelError(
-            f"influence-gbdt reproduces {library} models from {library} {need} on, and {library} "
-            f"{version} is installed: older releases compute or store some leaf values, base scores "
-            f"or classes otherwise (influence_gbdt/adapters/versions.py). Upgrade it (pip install -U "
+            f"influence-gbdt reproduces {library} {models or 'models'} from {library} {need} on, and "
+            f"{library} {version} is installed: older releases compute or store some leaf values, base "
+            f"scores or classes otherwise (influence_gbdt/adapters/versions.py). Upgrade it (pip install -U "
             f"\"{library}>={need}\") and retrain the model with it."
         )
 
 
-def require(library: str) -> None:
+def require(library: str, models: str | None = None) -> None:
     """:func:`check_release` for the installed ``library`` (imported: the model comes from it)."""
-    check_release(library, str(getattr(importlib.import_module(library), "__version__", "")))
+    check_release(library, str(getattr(importlib.import_module(library), "__version__", "")), models)

@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from influence_gbdt.adapters.versions import MINIMUM, check_release, release
+from influence_gbdt.adapters.versions import FEATURE_MINIMUM, MINIMUM, check_release, release
 
 from influence_gbdt.errors import UnsupportedModelError
 
@@ -46,4 +46,10 @@ def test_a_booster_older_than_its_floor_is_refused_with_the_release_it_needs() -
         said = rf"from {library} {re.escape(need)} on, and {library} {re.escape(older)} is installed"
         with pytest.raises(UnsupportedModelError, match=said):
             check_release(library, older)
+    for (library, models), floor in FEATURE_MINIMUM.items():
+        assert floor > MINIMUM[library]
+        check_release(library, ".".join(map(str, floor)), models)
+        check_release(library, ".".join(map(str, MINIMUM[library])))  # other models of that release
+        with pytest.raises(UnsupportedModelError, match=rf"{re.escape(models)} from {library} "):
+            check_release(library, ".".join(map(str, MINIMUM[library])), models)
     assert release("3.1.0rc1") == (3, 1, 0) and release("1.2") == (1, 2) and release("") == ()

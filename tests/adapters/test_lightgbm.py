@@ -23,6 +23,7 @@ import pytest
 lgb = pytest.importorskip("lightgbm")
 
 from influence_gbdt.adapters.lightgbm import K_EPSILON, LightGBMAdapter  # noqa: E402
+from influence_gbdt.adapters.versions import release  # noqa: E402
 from lightgbm_helpers import assert_explains_predict, finite_differences, kept_retrains, points_of  # noqa: E402
 
 from influence_gbdt.engine import InfluenceEngine  # noqa: E402
@@ -86,7 +87,10 @@ def unfold_tree0(booster: lgb.Booster, init: float) -> lgb.Booster:
             return "leaf_value=" + " ".join(repr(float(v) - init) for v in line[11:].split())
         return f"shrinkage={LR!r}" if line.startswith("shrinkage=") else line
 
-    return lgb.Booster(model_str=head + "Tree=0\n" + "\n".join(map(fix, tree0.split("\n"))) + "\n\n" + tail)
+    text = head + "Tree=0\n" + "\n".join(map(fix, tree0.split("\n"))) + "\n\n" + tail
+    # LightGBM < 4.7 drops the parameters of a model read from a string (its #6851): refit would
+    # take the default objective.
+    return lgb.Booster(model_str=text, params=None if release(lgb.__version__) >= (4, 7) else booster.params)
 
 
 def init_score_of(objective: str, y: np.ndarray, w: np.ndarray | None) -> float:
