@@ -475,7 +475,7 @@ class LightGBMAdapter(BoosterAdapter):
         # percentiles of L1 / quantile then take their unweighted definition.
         weighted = not np.all(given_w == 1.0)
         if weighted and self.objective.renewed:
-            require("lightgbm", WEIGHTED_PERCENTILE)  # 4.6 takes another weighted percentile
+            require("lightgbm", WEIGHTED_PERCENTILE)  # 4.4 to 4.6 take another weighted percentile
         if init_score is None and self._params.get("boost_from_average", "1") == "1":
             base_refit = True
             data_w = _float32(given_w)  # LightGBM's Dataset weight

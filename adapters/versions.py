@@ -4,16 +4,15 @@ newer one.
 ``pyproject.toml``'s extras (``xgboost>=3.1``, ...) state the same floors, and a test checks that the
 two agree. ``nox -s oldest`` runs the test suite against every requirement's floor. Below these
 releases the boosters compute or store models otherwise than the adapters model them (measured
-with the adapters' tests, 2026-11-30, at XGBoost 2.1.0, 3.1.0 and 3.1.3, LightGBM 4.0.0, 4.3.0,
-4.5.0 and 4.6.0, CatBoost 1.2 to 1.2.5):
+with the adapters' tests, 2026-11-30, at XGBoost 2.1.0, 3.1.0 and 3.1.3, LightGBM 4.0.0, 4.3.0 to 4.6.0,
+CatBoost 1.2 to 1.2.5):
 
 - XGBoost 2.1 estimates a binary, Poisson, gamma or Tweedie model's intercept by one Newton step
   from margin 0 (so does 3.0, by its source at v3.0.5, not run here; 3.1 takes the weighted label
   mean, as 3.2), none for a multiclass model (0.5), and one base score for every target of a
   multi-target model.
 - LightGBM 4.3 and 4.0 reproduce ``cross_entropy`` models only to 2e-8, and 4.0 renews unweighted
-  L1 and quantile leaves otherwise (4.5 failed 69 of the 136 LightGBM tests beside numpy 2.4, not
-  analysed).
+  L1 and quantile leaves otherwise.
 - CatBoost 1.2 to 1.2.2 name boolean classes ``'False'``, ``'True'``; up to 1.2.5 a Lossguide
   multiclass model's trees read otherwise.
 
@@ -26,10 +25,14 @@ Within the supported releases the adapters follow what differs:
 - XGBoost 3.1 stores a multiclass intercept as the class shares and adds them to the margins as
   they are (3.2: their centred logs), and writes vector leaves to ``base_weights`` (3.2:
   ``leaf_weights``); both are read either way (:mod:`.xgboost_objectives`, :mod:`.xgboost_trees`).
-- LightGBM 4.6 renews the leaves and the boost_from_average init score of *weighted*
+  A 3.1 multiclass model loaded into 3.2 keeps its shares (tests/adapters/models); XGBoost 3.2.0
+  itself crashes (a segmentation fault) loading a 3.1 vector-leaf model.
+- LightGBM 4.4 to 4.6 renew the leaves and the boost_from_average init score of *weighted*
   ``regression_l1`` and ``quantile`` models with another weighted percentile than 4.7 (a rule the
-  engine does not model): such a model needs 4.7 (:data:`FEATURE_MINIMUM`). Its ``Booster.refit``
-  of a model read from a string took the default objective (LightGBM #6851), which only the tests
+  engine does not model): such a model needs 4.7 (:data:`FEATURE_MINIMUM`). Their other models
+  pass the adapters' tests (4.4 and 4.5 beside scikit-learn 1.7: their scikit-learn wrappers call
+  ``check_X_y(force_all_finite=...)``, which scikit-learn 1.8 removed). Their ``Booster.refit`` of
+  a model read from a string took the default objective (LightGBM #6851), which only the tests
   use.
 """
 
@@ -43,11 +46,11 @@ from influence_gbdt.errors import UnsupportedModelError
 #: Library -> the oldest release the adapters reproduce (pyproject.toml's ``>=`` floors).
 MINIMUM: dict[str, tuple[int, ...]] = {
     "xgboost": (3, 1),
-    "lightgbm": (4, 6),
+    "lightgbm": (4, 4),
     "catboost": (1, 2, 6),
 }
 
-#: The LightGBM models whose renewed leaves 4.6 computes otherwise (module docstring).
+#: The LightGBM models whose renewed leaves 4.4 to 4.6 compute otherwise (module docstring).
 WEIGHTED_PERCENTILE = "weighted regression_l1 and quantile models"
 
 #: (library, models) -> the oldest release that reproduces those models, where it is newer than

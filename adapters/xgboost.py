@@ -10,7 +10,8 @@ reg:squarederror (also K targets,               exact (one tree per output per r
 one_output_per_tree)
 binary:logistic, reg:logistic, binary:logitraw  exact (logitraw: the label mean is the start margin)
 multi:softprob, multi:softmax                   exact (K trees per round, hessian 2 p (1 - p) floored at
-                                                1e-16, base = centred log class shares)
+                                                1e-16, base = centred log class shares; trained by
+                                                3.1: the class shares themselves)
 count:poisson                                   exact (hessian e^(m + max_delta_step), leaf steps clipped
                                                 to +-max_delta_step, 0.7 by default)
 reg:tweedie, reg:gamma                          exact (log link)

@@ -92,10 +92,12 @@ def save_model(library: str, model: Any, directory: Any) -> tuple[str, dict[str,
 
 
 #: What an older booster says where it cannot train on an input at all (CatBoost 1.2.7 and older on a
-#: polars frame, CatBoost with pandas 2.0 on ``pd.NA``, XGBoost 3.1 on binary labels of one class):
-#: there is no model whose influence to test.
+#: polars frame, CatBoost with pandas 2.0 on ``pd.NA``, XGBoost 3.1 on binary labels of one class,
+#: LightGBM 4.6's scikit-learn models on a polars frame beside scikit-learn 1.8): there is no model
+#: whose influence to test.
 _INPUT_REFUSED = ("Invalid data type=", "Cannot convert obj <NA> to float",
-                  "base_score must be in (0,1) for the logistic loss")
+                  "base_score must be in (0,1) for the logistic loss",
+                  "property 'feature_names_in_' of 'LGBM")
 
 
 def trained_or_skip(train: Callable[[], T]) -> T:

@@ -25,6 +25,8 @@ above its tolerance, so the test is not comparing two roundings.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -512,3 +514,33 @@ def test_vector_leaf_components_below_min_child_weight_stay_zero(data):
         assert (retrained.describe(X[keep], y[keep], w[keep]).leaf_values[frozen] == 0).all()
         compared += 1
     assert compared >= 1
+
+
+def _xgboost31_data() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The training data of ``models/xgboost-3.1-multiclass.json``: 300 rows, 3 features, 4 classes,
+    weights; written by XGBoost 3.1.3 as ``XGBClassifier(n_estimators=4, max_depth=2,
+    learning_rate=0.3).fit(X, y, sample_weight=w).save_model(...)``."""
+    rng = np.random.default_rng(31)
+    X = rng.normal(size=(300, 3)).round(2)
+    y = np.digitize(X[:, 0] + 0.5 * X[:, 1] + rng.normal(scale=0.7, size=300), [-0.6, 0.2, 0.9])
+    w = rng.uniform(0.5, 2.0, 300).round(2)
+    return X, y, w
+
+
+def test_a_multiclass_model_trained_by_xgboost_3_1_starts_from_its_class_shares():
+    """XGBoost 3.1 stored a multiclass intercept as the weighted class shares and added them to the
+    margins as they are (3.2: their centred logs). Its model, loaded into any supported release, is
+    read with that start and that re-estimation rule, and reproduces XGBoost's own margins."""
+    X, y, w = _xgboost31_data()
+    model = xgb.XGBClassifier()
+    model.load_model(Path(__file__).parent / "models" / "xgboost-3.1-multiclass.json")
+    adapter = XGBoostAdapter(model)
+    w32 = w.astype(np.float32).astype(np.float64)
+    shares = np.bincount(y, weights=w32) / w32.sum()
+    assert adapter.objective.base_link == "identity"
+    np.testing.assert_allclose(adapter.base_margin, shares, rtol=1e-6)  # stored as float32
+    # prepare checks the stored base against the rule re-estimated on (y, w): the shares themselves.
+    engine = adapter.prepare(X, y, w)
+    assert engine.ensemble.base_rule == "mean" and rounding_units(engine).max() <= 2.0
+    margins = model.get_booster().predict(xgb.DMatrix(X), output_margin=True).astype(np.float64)
+    np.testing.assert_allclose(engine.train_margin, margins, rtol=0, atol=margin_tol(4, margins))
