@@ -22,6 +22,8 @@ release it needs.
 
 Within the supported releases the adapters follow what differs:
 
+- XGBoost 3.1 reads pandas 3's DataFrames as bare arrays (:data:`BESIDE`): beside pandas 3 it
+  loses column names, categories and nullable values, so it is refused there.
 - XGBoost 3.1 stores a multiclass intercept as the class shares and adds them to the margins as
   they are (3.2: their centred logs), and writes vector leaves to ``base_weights`` (3.2:
   ``leaf_weights``); both are read either way (:mod:`.xgboost_objectives`, :mod:`.xgboost_trees`).
@@ -48,6 +50,17 @@ MINIMUM: dict[str, tuple[int, ...]] = {
     "xgboost": (3, 1),
     "lightgbm": (4, 4),
     "catboost": (1, 2, 6),
+}
+
+#: (library, other package, the other's first release that needs more) -> (the library's oldest
+#: release beside it, what older ones do). XGBoost 3.1 does not recognise pandas 3's DataFrames (it
+#: checks the class's module, ``pandas.core.frame``, which pandas 3 names ``pandas``) and reads them
+#: as bare arrays (measured, 3.1.3 with pandas 3.1.1).
+BESIDE: dict[tuple[str, str, tuple[int, ...]], tuple[tuple[int, ...], str]] = {
+    ("xgboost", "pandas", (3,)): (
+        (3, 2),
+        "reads pandas 3's DataFrames as bare arrays, without column names, categories or nullable values",
+    ),
 }
 
 #: The LightGBM models whose renewed leaves 4.4 to 4.6 compute otherwise (module docstring).
@@ -84,6 +97,31 @@ def check_release(library: str, version: str, models: str | None = None) -> None
         )
 
 
+def check_beside(library: str, version: str, other: str, other_version: str) -> None:
+    """Raise :class:`~influence_gbdt.errors.UnsupportedModelError` if ``version`` of ``library`` is
+    older than :data:`BESIDE` asks beside ``other_version`` of ``other``."""
+    found, found_other = release(version), release(other_version)
+    for (lib, name, since), (floor, why) in BESIDE.items():
+        if (lib, name) == (library, other) and found and found < floor and found_other >= since:
+            need = ".".join(str(part) for part in floor)
+            raise UnsupportedModelError(
+                f"{library} {version} {why} ({other} {other_version} is installed), so influence-gbdt "
+                f"needs {library} {need} beside it (influence_gbdt/adapters/versions.py). Upgrade it (pip "
+                f"install -U \"{library}>={need}\") and retrain the model with it, or use {other} older "
+                f"than {'.'.join(map(str, since))}."
+            )
+
+
 def require(library: str, models: str | None = None) -> None:
-    """:func:`check_release` for the installed ``library`` (imported: the model comes from it)."""
-    check_release(library, str(getattr(importlib.import_module(library), "__version__", "")), models)
+    """:func:`check_release` for the installed ``library`` (imported: the model comes from it), and
+    :func:`check_beside` for the installed packages it pairs with."""
+    version = _installed(library)
+    check_release(library, version, models)
+    for lib, other, _ in BESIDE:
+        if lib == library:
+            check_beside(library, version, other, _installed(other))
+
+
+def _installed(package: str) -> str:
+    """The installed release of ``package`` (imported), ``""`` if it names none."""
+    return str(getattr(importlib.import_module(package), "__version__", ""))

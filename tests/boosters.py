@@ -114,15 +114,3 @@ def trained_or_skip(train: Callable[[], T]) -> T:
 def fit_or_skip(model: Any, X: Any, y: Any, **fit_params: Any) -> Any:
     """``model.fit(X, y, **fit_params)`` under :func:`trained_or_skip`."""
     return trained_or_skip(lambda: model.fit(X, y, **fit_params))
-
-
-def skip_where_xgboost_misreads_categoricals() -> None:
-    """Skip where XGBoost before 3.2 meets pandas 3: XGBoost 3.1 does not recognise pandas 3's
-    categorical columns (it trains on their values, or fails on string categories), so there is no
-    categorical model to test. ``nox -s oldest`` pairs it with pandas 2.0, which it reads."""
-    import xgboost
-
-    from influence_gbdt.adapters.versions import release
-
-    if release(xgboost.__version__) < (3, 2) and release(pd.__version__) >= (3,):
-        pytest.skip(f"XGBoost {xgboost.__version__} does not read pandas {pd.__version__}'s categoricals")

@@ -9,7 +9,14 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from influence_gbdt.adapters.versions import FEATURE_MINIMUM, MINIMUM, check_release, release
+from influence_gbdt.adapters.versions import (
+    BESIDE,
+    FEATURE_MINIMUM,
+    MINIMUM,
+    check_beside,
+    check_release,
+    release,
+)
 
 from influence_gbdt.errors import UnsupportedModelError
 
@@ -53,3 +60,16 @@ def test_a_booster_older_than_its_floor_is_refused_with_the_release_it_needs() -
         with pytest.raises(UnsupportedModelError, match=rf"{re.escape(models)} from {library} "):
             check_release(library, ".".join(map(str, MINIMUM[library])), models)
     assert release("3.1.0rc1") == (3, 1, 0) and release("1.2") == (1, 2) and release("") == ()
+
+
+def test_a_booster_that_cannot_read_a_data_librarys_release_is_refused_beside_it() -> None:
+    """XGBoost 3.1 reads pandas 3's DataFrames as bare arrays: refused beside pandas 3, admitted beside
+    pandas 2, and XGBoost 3.2 beside either."""
+    for (library, other, since), (floor, _) in BESIDE.items():
+        older = ".".join(map(str, MINIMUM[library]))
+        assert MINIMUM[library] < floor
+        check_beside(library, older, other, f"{since[0] - 1}.99")
+        check_beside(library, ".".join(map(str, floor)), other, ".".join(map(str, since)) + ".0")
+        need = re.escape(".".join(map(str, floor)))
+        with pytest.raises(UnsupportedModelError, match=rf"needs {library} {need} beside it"):
+            check_beside(library, older, other, ".".join(map(str, since)) + ".1")

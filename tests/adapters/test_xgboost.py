@@ -28,7 +28,7 @@ import pytest
 import xgboost as xgb
 from influence_gbdt.adapters import adapter_for
 from influence_gbdt.adapters.xgboost import XGBoostAdapter, rounding_units
-from boosters import skip_where_xgboost_misreads_categoricals, trained_or_skip
+from boosters import trained_or_skip
 from xgboost_helpers import margin_tol
 
 from influence_gbdt import BoostingInfluence
@@ -227,7 +227,6 @@ def test_small_inputs_are_predicted_on_one_thread_alike(data, monkeypatch):
 
 
 def test_categorical_dataframe(data):
-    skip_where_xgboost_misreads_categoricals()
     X, y = data["X"], data["binary"]
     df = pd.DataFrame(X[:, :4], columns=list("abcd"))
     df["cat"] = pd.Categorical(np.where(X[:, 4] > 0.3, "u", np.where(X[:, 5] > 0, "v", "z")))

@@ -14,7 +14,6 @@ import scipy.sparse
 import xgboost as xgb
 from influence_gbdt.adapters import adapter_for
 from influence_gbdt.adapters.xgboost_leaves import float32_rows
-from boosters import skip_where_xgboost_misreads_categoricals
 
 from influence_gbdt.errors import InputError
 
@@ -115,7 +114,6 @@ def test_infinite_values_and_categorical_splits_go_to_xgboost(monkeypatch):
     assert float32_rows(np.array([[1e39, 0.0, 0.0, 0.0]]), np.nan) is None  # inf as float32
     with pytest.raises(InputError, match="xgboost cannot read X"):
         adapter.leaf_indices(bad)
-    skip_where_xgboost_misreads_categoricals()
     frame = pd.DataFrame({"a": pd.Categorical(X[:, 0].astype(int)), "b": X[:, 1]})
     cat = adapter_for(xgb.XGBClassifier(n_estimators=5, enable_categorical=True, n_jobs=1).fit(frame, y))
     assert cat._walker is None
