@@ -26,9 +26,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import xgboost as xgb
+from boosters import trained_or_skip
 from influence_gbdt.adapters import adapter_for
 from influence_gbdt.adapters.xgboost import XGBoostAdapter, rounding_units
-from boosters import trained_or_skip
 from xgboost_helpers import margin_tol
 
 from influence_gbdt import BoostingInfluence
