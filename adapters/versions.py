@@ -80,6 +80,11 @@ def release(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in match.group(0).split(".")) if match else ()
 
 
+def dotted(parts: tuple[int, ...]) -> str:
+    """A release as written: ``(3, 1)`` -> ``"3.1"``."""
+    return ".".join(str(part) for part in parts)
+
+
 def check_release(library: str, version: str, models: str | None = None) -> None:
     """Raise :class:`~influence_gbdt.errors.UnsupportedModelError` if ``version`` of ``library`` (a
     key of :data:`MINIMUM`) is older than its floor, or, given ``models`` (a key of
@@ -88,7 +93,7 @@ def check_release(library: str, version: str, models: str | None = None) -> None
     floor = MINIMUM[library] if models is None else FEATURE_MINIMUM[library, models]
     found = release(version)
     if found and found < floor:
-        need = ".".join(str(part) for part in floor)
+        need = dotted(floor)
         raise UnsupportedModelError(
             f"influence-gbdt reproduces {library} {models or 'models'} from {library} {need} on, and "
             f"{library} {version} is installed: older releases compute or store some leaf values, base "
@@ -103,12 +108,11 @@ def check_beside(library: str, version: str, other: str, other_version: str) -> 
     found, found_other = release(version), release(other_version)
     for (lib, name, since), (floor, why) in BESIDE.items():
         if (lib, name) == (library, other) and found and found < floor and found_other >= since:
-            need = ".".join(str(part) for part in floor)
             raise UnsupportedModelError(
                 f"{library} {version} {why} ({other} {other_version} is installed), so influence-gbdt "
-                f"needs {library} {need} beside it (influence_gbdt/adapters/versions.py). Upgrade it (pip "
-                f"install -U \"{library}>={need}\") and retrain the model with it, or use {other} older "
-                f"than {'.'.join(map(str, since))}."
+                f"needs {library} {dotted(floor)} beside it (influence_gbdt/adapters/versions.py). Upgrade "
+                f"it (pip install -U \"{library}>={dotted(floor)}\") and retrain the model with it, or use "
+                f"{other} older than {dotted(since)}."
             )
 
 
