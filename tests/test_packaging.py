@@ -44,21 +44,26 @@ def test_each_boosters_extra_requires_the_release_its_adapter_reproduces() -> No
         assert name == library and release(version) == floor, (spec, floor)
 
 
+def _written(parts: tuple[int, ...]) -> str:
+    """A release as a version string, written here apart from the code under test: (3, 1) -> "3.1"."""
+    return ".".join(map(str, parts))
+
+
 def test_a_booster_older_than_its_floor_is_refused_with_the_release_it_needs() -> None:
     for library, floor in MINIMUM.items():
-        check_release(library, ".".join(map(str, floor)))  # the floor itself
+        check_release(library, _written(floor))  # the floor itself
         check_release(library, f"{floor[0]}.{floor[1] + 1}.0rc1")
         check_release(library, "dev")  # a build from source that names no release
-        need, older = ".".join(map(str, floor)), ".".join(map(str, (*floor[:-1], floor[-1] - 1)))
+        need, older = _written(floor), _written((*floor[:-1], floor[-1] - 1))
         said = rf"from {library} {re.escape(need)} on, and {library} {re.escape(older)} is installed"
         with pytest.raises(UnsupportedModelError, match=said):
             check_release(library, older)
     for (library, models), floor in FEATURE_MINIMUM.items():
         assert floor > MINIMUM[library]
-        check_release(library, ".".join(map(str, floor)), models)
-        check_release(library, ".".join(map(str, MINIMUM[library])))  # other models of that release
+        check_release(library, _written(floor), models)
+        check_release(library, _written(MINIMUM[library]))  # other models of that release
         with pytest.raises(UnsupportedModelError, match=rf"{re.escape(models)} from {library} "):
-            check_release(library, ".".join(map(str, MINIMUM[library])), models)
+            check_release(library, _written(MINIMUM[library]), models)
     assert release("3.1.0rc1") == (3, 1, 0) and release("1.2") == (1, 2) and release("") == ()
 
 
@@ -66,10 +71,11 @@ def test_a_booster_that_cannot_read_a_data_librarys_release_is_refused_beside_it
     """XGBoost 3.1 reads pandas 3's DataFrames as bare arrays: refused beside pandas 3, admitted beside
     pandas 2, and XGBoost 3.2 beside either."""
     for (library, other, since), (floor, _) in BESIDE.items():
-        older = ".".join(map(str, MINIMUM[library]))
+        older, before = _written(MINIMUM[library]), f"{since[0] - 1}.99"
         assert MINIMUM[library] < floor
-        check_beside(library, older, other, f"{since[0] - 1}.99")
-        check_beside(library, ".".join(map(str, floor)), other, ".".join(map(str, since)) + ".0")
-        need = re.escape(".".join(map(str, floor)))
+        check_beside(library, older, other, before)
+        check_beside(library, _written(floor), other, before)
+        check_beside(library, _written(floor), other, _written(since) + ".0")
+        need = re.escape(_written(floor))
         with pytest.raises(UnsupportedModelError, match=rf"needs {library} {need} beside it"):
-            check_beside(library, older, other, ".".join(map(str, since)) + ".1")
+            check_beside(library, older, other, _written(since) + ".1")
