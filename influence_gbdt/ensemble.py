@@ -50,7 +50,8 @@ its training thread count), and ``step_scales`` / ``n_steps`` of backtracking tr
 A *renewed* tree (``renewed[t]``; L1 and quantile objectives) takes no steps: each leaf value is
 ``learning_rate[t] * Q`` with ``Q`` the ``quantile_alpha[t]`` quantile of the residuals ``y - A``
 of the leaf's rows, by the booster's definition ``quantile_method`` (``"xgboost"``,
-``"lightgbm"`` or ``"catboost"``; :mod:`influence_gbdt.engine.quantile`), weighted by the effective
+``"lightgbm"``, ``"lightgbm_4.6"`` (LightGBM 4.4 to 4.6's weighted percentile) or ``"catboost"``;
+:mod:`influence_gbdt.engine.quantile`), weighted by the effective
 weights where ``quantile_weighted`` (CatBoost's leaves never are).
 
 Base margin (``base_rule``)
@@ -91,7 +92,7 @@ from .losses import LINKS, Loss
 BaseRule = Literal["fixed", "mean", "newton_step", "quantile"]
 BASE_RULES: tuple[str, ...] = ("fixed", "mean", "newton_step", "quantile")
 #: The boosters' definitions of a (weighted) quantile of renewed leaves (see the engine's quantile module).
-QUANTILE_METHODS: tuple[str, ...] = ("xgboost", "lightgbm", "catboost")
+QUANTILE_METHODS: tuple[str, ...] = ("xgboost", "lightgbm", "lightgbm_4.6", "catboost")
 
 
 def _per_tree(name: str, value: ArrayLike, n_trees: int, dtype: type) -> NDArray[Any]:
@@ -200,7 +201,7 @@ class TreeEnsemble:
         Whether the tree's leaves are renewed quantiles of residuals (module docstring).
     quantile_alpha : ndarray of shape (T,), float64
         The quantile level of each renewed tree.
-    quantile_method : {"xgboost", "lightgbm", "catboost"}
+    quantile_method : {"xgboost", "lightgbm", "lightgbm_4.6", "catboost"}
         Whose definition of the (weighted) quantile renewed leaves and the quantile base follow.
     quantile_weighted : bool
         Whether the booster weighted its quantiles (it had a weight vector).

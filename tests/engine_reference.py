@@ -20,6 +20,8 @@ from influence_gbdt.losses import Loss
 
 FactorRule = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 CLASSES = ("softmax", "one_vs_all")
+#: LightGBM's quantile methods: residuals in double, the percentile base rounded to float32.
+LIGHTGBM = ("lightgbm", "lightgbm_4.6")
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -163,6 +165,10 @@ def ref_quantile(  # noqa: C901 -- one branch per booster definition
     p = min(int(above[0]) if above.size else n - 1, n - 1)
     if p in (0, n - 1):
         return float(v[p])
+    if method == "lightgbm_4.6":  # WeightedPercentileFun of LightGBM 4.4 to 4.6, as its source reads
+        if cdf[p + 1] - cdf[p] >= 1:
+            return float((t - cdf[p]) / (cdf[p + 1] - cdf[p]) * (v[p] - v[p - 1]) + v[p - 1])
+        return float(v[p])
     if cdf[p] - cdf[p - 1] >= 1:
         return float(v[p - 1] + (t - cdf[p - 1]) / (cdf[p] - cdf[p - 1]) * (v[p] - v[p - 1]))
     return float(v[p - 1])
@@ -213,7 +219,7 @@ class Spec:
     base_newton: bool = False  # the refit base is one Newton step from 0 instead of the mean link
     params: dict = field(default_factory=dict)
     K: int = 1
-    renew: str | None = None  # renewed leaves: the quantile method ("xgboost", "lightgbm", "catboost")
+    renew: str | None = None  # renewed leaves: the quantile method (engine.quantile.METHODS)
     q_weighted: bool = False
     q_delta: float = 0.0
     joint: bool = False  # each round: one Newton step of its K trees with the full softmax hessian
@@ -233,7 +239,7 @@ class Spec:
             q = ref_quantile(self.renew, self.y[keep], u[keep], self.params.get("alpha", 0.5),
                              self.q_weighted, self.q_delta)
             # LightGBM's BoostFromScore returns its percentile as float32 (measured against retraining).
-            return np.array([float(np.float32(q)) if self.renew == "lightgbm" else q])
+            return np.array([float(np.float32(q)) if self.renew in LIGHTGBM else q])
         if self.base_newton:
             g, h = derivs(self.loss, self.params, self.y, np.zeros((self.y.shape[0], self.K)), self.floor)
             return -np.sum(u[:, None] * g, axis=0) / np.sum(u[:, None] * h, axis=0)
@@ -322,7 +328,7 @@ class Spec:
         u = np.zeros(self.n_leaves[t])
         if self.renew:
             r = self.y - A[:, 0]
-            if self.renew != "lightgbm":
+            if self.renew not in LIGHTGBM:
                 r = _f32(r)
             weights = np.ones_like(w) if self.renew == "catboost" else w
             for leaf in range(self.n_leaves[t]):
@@ -419,7 +425,7 @@ class Spec:
             quantile_alpha=self.params.get("alpha", 0.5),
             quantile_method=self.renew or "lightgbm",
             quantile_weighted=self.q_weighted,
-            float32_base=self.renew == "lightgbm",  # LightGBM's percentile base is a float (as above)
+            float32_base=self.renew in LIGHTGBM,  # LightGBM's percentile base is a float (as above)
             quantile_delta=self.q_delta,
             init_offset=self.offset,
             user_weight=self.v,

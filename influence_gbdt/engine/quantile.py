@@ -15,6 +15,10 @@ differently; each definition is reproduced here, measured against the boosters' 
   ``(n - 1) alpha``; with weights (4.7.0) the first order statistic ``p`` whose cumulative weight
   exceeds ``alpha W``, interpolated from the previous one by ``(alpha W - C[p-1]) / w[p]`` when
   ``w[p] >= 1`` (else the previous one itself).
+- ``QUANTILE_LIGHTGBM_46``: LightGBM 4.4 to 4.6, as ``QUANTILE_LIGHTGBM`` but for the weighted
+  interpolation (``WeightedPercentileFun`` before 4.7): from the same ``p`` it returns
+  ``v[p-1] + (alpha W - C[p]) / w[p+1] * (v[p] - v[p-1])`` when ``w[p+1] >= 1`` (an
+  extrapolation below ``v[p-1]``: ``alpha W < C[p]``), else ``v[p]`` itself.
 - ``QUANTILE_CATBOOST`` (``leaf_estimation_method='Exact'``): residuals rounded to float32; the
   smallest order statistic whose cumulative weight reaches ``alpha W`` (a bisection from 100 rows
   on, which differs only at 0), then ``-delta`` if the weight below it plus ``alpha`` times the
@@ -24,10 +28,11 @@ differently; each definition is reproduced here, measured against the boosters' 
 Derivatives (what LeafInfluence differentiates): the quantile is piecewise linear in the
 residuals -- it follows one or two order statistics, with coefficients ``coef`` -- and, for
 LightGBM's weighted interpolation only, piecewise linear in the weights: ``dQ/dw_j = slope *
-(alpha - [j before p] - c [j is p])`` with ``slope = (v[p] - v[p-1]) / w[p]`` and ``c`` the
-interpolation fraction. Every other definition is a step function of the weights (derivative 0).
-At the points where the selected order statistic changes the quantile is not differentiable;
-those are a null set of weights and margins.
+(alpha - [j before q] - c [j is q])`` with ``c`` the interpolation fraction and the pivot ``q = p``,
+``slope = (v[p] - v[p-1]) / w[p]`` (4.7) or ``q = p + 1``, ``slope = (v[p] - v[p-1]) / w[p+1]``
+(4.4 to 4.6). Every other definition is a step function of the weights (derivative 0). At the
+points where the selected order statistic changes the quantile is not differentiable; those are a
+null set of weights and margins.
 """
 
 from __future__ import annotations
@@ -42,7 +47,9 @@ from .. import _jit as numba
 QUANTILE_XGBOOST = 0
 QUANTILE_LIGHTGBM = 1
 QUANTILE_CATBOOST = 2
-METHODS = {"xgboost": QUANTILE_XGBOOST, "lightgbm": QUANTILE_LIGHTGBM, "catboost": QUANTILE_CATBOOST}
+QUANTILE_LIGHTGBM_46 = 3
+METHODS = {"xgboost": QUANTILE_XGBOOST, "lightgbm": QUANTILE_LIGHTGBM, "catboost": QUANTILE_CATBOOST,
+           "lightgbm_4.6": QUANTILE_LIGHTGBM_46}
 
 _jit = numba.njit(cache=True, nogil=True)
 #: Functions only compiled code calls: no Python wrapper to compile (see ``_jit.njit``).
@@ -58,7 +65,7 @@ def _f32(x: float) -> float:
 @_internal
 def residual(method: int, y: float, m: float) -> float:
     """A row's residual ``y - m`` as the booster computes it (float32 for XGBoost and CatBoost)."""
-    return _f32(y - m) if method != QUANTILE_LIGHTGBM else y - m
+    return y - m if method == QUANTILE_LIGHTGBM or method == QUANTILE_LIGHTGBM_46 else _f32(y - m)
 
 
 @_internal
@@ -95,7 +102,8 @@ def quantile(  # noqa: C901 -- one branch per booster definition
     CatBoost's with weights other than 1), else left as it was (the order statistics are then
     selected, :func:`_kth`, in O(n) instead of sorted); ``sel`` (2,) positions in ``r`` of the
     order statistics the quantile follows (-1: none) and ``coef`` (2,) ``dQ / dr[sel]``; ``wd``
-    (4,) = ``(slope, alpha, c, p)`` of the weight derivative (slope 0: none; see
+    (4,) = ``(slope, alpha, c, q)`` of the weight derivative (``q`` the position of its pivot in
+    ``order``) (slope 0: none; see
     :func:`weight_slope`). Returns 0 for an empty leaf.
     """
     n = r.shape[0]
@@ -145,7 +153,7 @@ def quantile(  # noqa: C901 -- one branch per booster definition
             i += 1
         sel[0], coef[0] = order[i], 1.0
         return r[order[i]]
-    # LightGBM weighted (4.7.0)
+    # LightGBM weighted
     cdf = np.empty(n)
     acc = 0.0
     for i in range(n):
@@ -159,6 +167,15 @@ def quantile(  # noqa: C901 -- one branch per booster definition
         sel[0], coef[0] = order[p], 1.0
         return r[order[p]]
     v1, v2 = r[order[p - 1]], r[order[p]]
+    if method == QUANTILE_LIGHTGBM_46:  # p < n - 1 here, so p + 1 is a row
+        w_next = cdf[p + 1] - cdf[p]
+        if w_next >= 1.0:
+            c = (t - cdf[p]) / w_next
+            sel[0], sel[1], coef[0], coef[1] = order[p - 1], order[p], 1.0 - c, c
+            wd[0], wd[1], wd[2], wd[3] = (v2 - v1) / w_next, alpha, c, p + 1
+            return c * (v2 - v1) + v1
+        sel[0], coef[0] = order[p], 1.0
+        return v2
     w_p = cdf[p] - cdf[p - 1]
     if w_p >= 1.0:
         c = (t - cdf[p - 1]) / w_p
@@ -279,7 +296,7 @@ def quantile_weight_derivative(
 @_internal
 def weight_slope(wd: NDArray[np.float64], position: int) -> float:
     """``dQ / dw`` of the row at ``position`` in the sorted order, from the descriptor ``wd`` of
-    :func:`quantile` (``wd[3]`` is the position of the order statistic ``p``)."""
+    :func:`quantile` (``wd[3]`` is the position ``q`` of the module docstring)."""
     if wd[0] == 0.0:
         return 0.0
     before = 1.0 if position < wd[3] else 0.0

@@ -3,11 +3,11 @@ quantiles of residuals (:mod:`.quantile`). Private to the engine.
 
 A renewed tree is alone in its round and adds to output 0. The replay stores, per leaf, the rows
 (global indices) of the order statistics its quantile follows with their coefficients
-(``ren_sel``, ``ren_coef``) and the weight-derivative descriptor (``ren_wd``); the reverse and
-forward sweeps differentiate through those, the refit recomputes the quantiles. The reverse
-sweep's step is written twice: :func:`reverse_tree` for the general sweep (:func:`.passes.reverse`,
-the tests' reference) and :func:`reverse_leaves` / :func:`reverse_rows` for a team's
-(:mod:`.reverse1`), the same additions in the same order.
+(``ren_sel[:, :2]``, ``ren_coef``) and the weight-derivative descriptor (``ren_wd``, its pivot row
+in ``ren_sel[:, 2]``); the reverse and forward sweeps differentiate through those, the refit
+recomputes the quantiles. The reverse sweep's step is written twice: :func:`reverse_tree` for the
+general sweep (:func:`.passes.reverse`, the tests' reference) and :func:`reverse_leaves` /
+:func:`reverse_rows` for a team's (:mod:`.reverse1`), the same additions in the same order.
 """
 
 from __future__ import annotations
@@ -98,14 +98,15 @@ def replay_leaves(
         for k in range(2):
             ren.ren_sel[gl, k] = rows[sel[k]] if sel[k] >= 0 else -1
             ren.ren_coef[gl, k] = coef[k]
+        ren.ren_sel[gl, 2] = rows[order[int(wd[3])]] if wd[0] != 0.0 else -1  # ``order``: filled then
         ren.ren_wd[gl, :] = wd
 
 
 @_internal
 def _before_pivot(ren: Renewed, gl: int, j: int, r_j: float, r_p: float) -> tuple[float, float]:
-    """``(before, at)``: whether row ``j`` (residual ``r_j``) sorts before / is the order statistic
-    ``p`` (row ``ren_sel[gl, 1]``, residual ``r_p``) in the stable order of the leaf."""
-    pivot = ren.ren_sel[gl, 1]
+    """``(before, at)``: whether row ``j`` (residual ``r_j``) sorts before / is the pivot of the
+    weight derivative (row ``ren_sel[gl, 2]``, residual ``r_p``) in the stable order of the leaf."""
+    pivot = ren.ren_sel[gl, 2]
     if j == pivot:
         return 0.0, 1.0
     return (1.0 if (r_j < r_p or (r_j == r_p and j < pivot)) else 0.0), 0.0
@@ -126,7 +127,7 @@ def _weight_derivative(y: NDArray[np.float64], ren: Renewed, gl: int, A: NDArray
     """``dQ / dw_j`` of leaf ``gl`` (LightGBM's weight-interpolated quantile; 0 otherwise)."""
     if ren.ren_wd[gl, 0] == 0.0:
         return 0.0
-    p = ren.ren_sel[gl, 1]
+    p = ren.ren_sel[gl, 2]
     r_p = residual(ren.q_method, y[p, 0], A[p, 0])
     return _slope(ren, gl, j, residual(ren.q_method, y[j, 0], A[j, 0]), r_p)
 
@@ -180,7 +181,7 @@ def reverse_leaves(
         for b in range(B):
             UT[lj, b] = u_bar[b, lj]
         if ren.ren_wd[gl, 0] != 0.0:
-            p = ren.ren_sel[gl, 1]
+            p = ren.ren_sel[gl, 2]
             pivot[lj] = residual(ren.q_method, y[p, 0], A[p, 0] + -1.0 * stored[gl0 + lay.leaf[t, p]])
 
 

@@ -145,7 +145,9 @@ class Renewed(NamedTuple):
     q_method: int  # quantile method code
     q_weighted: bool  # quantiles weighted by the effective weights
     q_delta: float  # CatBoost's delta
-    ren_sel: NDArray[np.int64]  # (n_total, 2) rows whose residuals a leaf follows (-1: none)
+    # (n_total, 3) rows whose residuals a leaf follows, then the pivot row of its weight derivative
+    # (-1: none; quantile.py's order statistic q)
+    ren_sel: NDArray[np.int64]
     ren_coef: NDArray[np.float64]  # (n_total, 2) d leaf quantile / d residual of those rows
     ren_wd: NDArray[np.float64]  # (n_total, 4) the quantile's weight-derivative descriptor
 
@@ -284,7 +286,7 @@ def build_state(e: TreeEnsemble, group_sums: bool, cache_slots: int = 0, sort_ro
     if e.renewed.any():
         renewed = Renewed(renew=e.renewed, q_alpha=e.quantile_alpha,
                           q_method=QUANTILE_METHODS[e.quantile_method], q_weighted=e.quantile_weighted,
-                          q_delta=e.quantile_delta, ren_sel=np.full((e.n_total_leaves, 2), -1,
+                          q_delta=e.quantile_delta, ren_sel=np.full((e.n_total_leaves, 3), -1,
                                                                     dtype=np.int64),
                           ren_coef=np.zeros((e.n_total_leaves, 2)), ren_wd=np.zeros((e.n_total_leaves, 4)))
     backtrack = None
