@@ -53,7 +53,9 @@ What the adapter resolves (measured against LightGBM 4.7.0, see the project's Li
   labels are ``classes_`` of an ``LGBMClassifier`` (strings included) or the class indices of a raw
   Booster; ``init_score`` has shape (n, K);
 - a weight vector of all ones is dropped by LightGBM's Python package: L1 / quantile percentiles
-  then take their unweighted definition;
+  then take their unweighted definition. The weighted one changed in 4.7 (``PERCENTILE_RULES``):
+  :meth:`LightGBMAdapter.prepare` takes the installed release's, else the one that reproduces the
+  model;
 - class weights (each row's group is its class):
 
   * sklearn ``class_weight`` (``LGBMClassifier`` only) multiplies the sample weight in float64 before
@@ -84,7 +86,7 @@ import lightgbm as lgb
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from influence_gbdt.engine import InfluenceEngine
+from influence_gbdt.engine import DEFAULT_CACHE_BYTES, InfluenceEngine
 from influence_gbdt.ensemble import TreeEnsemble
 from influence_gbdt.errors import InputError, ReproductionError, UnsupportedModelError
 from influence_gbdt.labels import LabelMap
@@ -92,8 +94,14 @@ from influence_gbdt.losses import Loss
 from influence_gbdt.tabular import n_rows
 
 from .base import BoosterAdapter, check_numeric_params, one_thread
-from .lightgbm_objectives import K_EPSILON, Objective, label_weights, resolve
-from .versions import WEIGHTED_PERCENTILE, require
+from .lightgbm_objectives import (
+    K_EPSILON,
+    PERCENTILE_RULES,
+    Objective,
+    label_weights,
+    percentile_rule,
+    resolve,
+)
 
 __all__ = ["K_EPSILON", "LightGBMAdapter"]
 #: Parameters that enter leaf values (the ones whose 6-digit print can spoil the self-check).
@@ -314,6 +322,10 @@ class LightGBMAdapter(BoosterAdapter):
         _refuse_settings(self._params)
         self.loss = self.objective.loss.name
         self._model_str = model_str
+        #: The weighted percentile of L1 / quantile leaves (``PERCENTILE_RULES``): the installed
+        #: release's, until :meth:`prepare` finds that the other one reproduces the model.
+        self.percentile_rule = percentile_rule(lgb.__version__)
+        self._weighted_percentile = False  # whether the last description used it (``describe``)
 
     def _param(self, key: str, default: float = 0.0) -> float:
         if key in self._exact:
@@ -474,13 +486,12 @@ class LightGBMAdapter(BoosterAdapter):
         # LightGBM's Python package drops a weight vector of all ones (Dataset.set_weight): the
         # percentiles of L1 / quantile then take their unweighted definition.
         weighted = not np.all(given_w == 1.0)
-        if weighted and self.objective.renewed:
-            require("lightgbm", WEIGHTED_PERCENTILE)  # 4.4 to 4.6 take another weighted percentile
+        self._weighted_percentile = weighted and self.objective.renewed
         if init_score is None and self._params.get("boost_from_average", "1") == "1":
             base_refit = True
             data_w = _float32(given_w)  # LightGBM's Dataset weight
-            base = (self.objective.init_score(labels, data_w, weighted) if label_mean is None
-                    else self.objective.init_from_mean(label_mean))
+            base = (self.objective.init_score(labels, data_w, weighted, self.percentile_rule)
+                    if label_mean is None else self.objective.init_from_mean(label_mean))
             folded = np.abs(base) > K_EPSILON  # LightGBM adds an init score only above kEpsilon
             if np.any(folded & (shrinkage[:K] != 1.0)) and lr != 1.0:
                 raise InputError(
@@ -511,7 +522,7 @@ class LightGBMAdapter(BoosterAdapter):
             max_delta_step=self._param("max_delta_step"),
             renewed=self.objective.renewed,
             quantile_alpha=self.objective.alpha,
-            quantile_method="lightgbm",
+            quantile_method=self.percentile_rule,
             quantile_weighted=weighted,
             base_margin=base,
             base_rule=rule,
@@ -522,6 +533,33 @@ class LightGBMAdapter(BoosterAdapter):
             float32_base=bool(self.objective.renewed),  # BoostFromScore's percentile is a float
             **classes,
         )
+
+    def prepare(
+        self,
+        X: Any,
+        y: ArrayLike,
+        sample_weight: ArrayLike | None = None,
+        init_score: ArrayLike | None = None,
+        cache_bytes: float = DEFAULT_CACHE_BYTES,
+        n_threads: int | None = None,
+    ) -> InfluenceEngine:
+        """:meth:`BoosterAdapter.prepare`; for a weighted L1 / quantile model that the installed
+        release's weighted percentile does not reproduce, then the other release's
+        (``PERCENTILE_RULES``: a model trained by LightGBM 4.4 to 4.6 and loaded into 4.7, or the
+        reverse; the model text does not name its release). The rule that reproduces every stored
+        leaf is kept in ``percentile_rule``; if neither does, the first rule's error is raised."""
+        try:
+            return super().prepare(X, y, sample_weight, init_score, cache_bytes, n_threads)
+        except ReproductionError as error:
+            if not self._weighted_percentile:
+                raise
+            first = self.percentile_rule
+            self.percentile_rule = next(rule for rule in PERCENTILE_RULES if rule != first)
+            try:
+                return super().prepare(X, y, sample_weight, init_score, cache_bytes, n_threads)
+            except ReproductionError:
+                self.percentile_rule = first
+                raise error from None
 
     def verify(self, engine: InfluenceEngine) -> InfluenceEngine:
         """:meth:`BoosterAdapter.verify` whose :class:`ReproductionError` says whether the residual
@@ -628,12 +666,11 @@ class LightGBMAdapter(BoosterAdapter):
 
     @property
     def hint(self) -> str:
-        """Likely causes of a failed self-check (for L1 and quantile models also the release that
-        trained a weighted one: the model text names only ``version=v4``)."""
+        """Likely causes of a failed self-check (for weighted L1 and quantile models also the
+        releases whose percentiles were tried: :meth:`prepare`)."""
         renewed = (
-            f" A weighted {self.objective.name} model trained by LightGBM 4.6 or older and loaded into "
-            "this release renews its leaves otherwise: retrain it with this release."
-            if self.objective.renewed else ""
+            f" The weighted percentiles of LightGBM 4.7 and of 4.4 to 4.6 were both tried for this "
+            f"{self.objective.name} model." if self._weighted_percentile else ""
         )
         return (
             "Pass exactly the training rows, in training order, with the labels, sample weights and "

@@ -55,9 +55,15 @@ from numpy.typing import NDArray
 from influence_gbdt.errors import UnsupportedModelError
 from influence_gbdt.losses import Loss, clog
 
+from .versions import release
+
 #: LightGBM's kEpsilon, the float literal ``1e-15f`` (``include/LightGBM/meta.h``): it starts every
 #: leaf's hessian sum, clips the init score's positive rate and is the threshold for folding it in.
 K_EPSILON = float(np.float32(1e-15))
+#: The weighted percentiles of L1 / quantile leaves and init scores (the engine's
+#: ``quantile_method``): LightGBM 4.7's, and 4.4 to 4.6's (:func:`weighted_percentile`). A model
+#: text does not name the release that wrote it.
+PERCENTILE_RULES = ("lightgbm", "lightgbm_4.6")
 
 _REFUSED = {
     "cross_entropy_lambda": "its sample weights enter the likelihood non-linearly (z = 1 - exp(-w "
@@ -121,18 +127,19 @@ class Objective:
         return np.zeros(labels.shape[0], dtype=np.int64), 1
 
     def init_score(
-        self, labels: NDArray[np.float64], w: NDArray[np.float64], weighted: bool
+        self, labels: NDArray[np.float64], w: NDArray[np.float64], weighted: bool, rule: str = "lightgbm"
     ) -> NDArray[np.float64]:
         """LightGBM's ``BoostFromScore`` per class, shape (K,), from float32 ``labels`` (n,) and the
         float32 Dataset weights ``w`` (n,) (label weights excluded, as LightGBM does; sums
         sequential in double; the percentile rounded to float32, weighted if LightGBM had a weight
-        vector: ``weighted``). NaN where the weights sum to 0 (LightGBM refuses to train; a Dask
-        partition of weight-0 rows, whose init score comes from the whole set)."""
+        vector: ``weighted``, by the release's ``rule``: :data:`PERCENTILE_RULES`). NaN where the
+        weights sum to 0 (LightGBM refuses to train; a Dask partition of weight-0 rows, whose init
+        score comes from the whole set)."""
         total = float(np.cumsum(w)[-1]) if w.size else 0.0
         if not total > 0:
             return np.full(self.n_classes if self.multiclass else 1, np.nan)
         if self.renewed:
-            q = weighted_percentile(labels, w if weighted else None, self.alpha)
+            q = weighted_percentile(labels, w if weighted else None, self.alpha, rule)
             return np.array([float(np.float32(q))])
         if self.multiclass:
             share = np.bincount(labels.astype(np.int64), weights=w, minlength=self.n_classes) / total
@@ -163,11 +170,22 @@ def _logit(rate: NDArray[np.float64], sigma: float) -> NDArray[np.float64]:
     return clog(rate / (1.0 - rate)) / sigma
 
 
-def weighted_percentile(values: NDArray[np.float64], w: NDArray[np.float64] | None, alpha: float) -> float:
-    """LightGBM 4.7's ``PercentileFun`` (``w`` None: linear interpolation at ``(n - 1) alpha``) or
-    ``WeightedPercentileFun`` (the first order statistic whose cumulative weight exceeds ``alpha``
-    times the total, interpolated from the previous one when its own weight is >= 1), of ``values``
-    (n,) (``src/objective/regression_objective.hpp``)."""
+def percentile_rule(version: str) -> str:
+    """The weighted percentile (:data:`PERCENTILE_RULES`) of the LightGBM release ``version``; a
+    version string that names no release is taken as current."""
+    found = release(version)
+    return "lightgbm_4.6" if found and found < (4, 7) else "lightgbm"
+
+
+def weighted_percentile(
+    values: NDArray[np.float64], w: NDArray[np.float64] | None, alpha: float, rule: str = "lightgbm"
+) -> float:
+    """LightGBM's ``PercentileFun`` (``w`` None: linear interpolation at ``(n - 1) alpha``) or
+    ``WeightedPercentileFun`` of ``values`` (n,) (``src/objective/regression_objective.hpp``): from
+    the first order statistic ``p`` whose cumulative weight exceeds ``alpha`` times the total, by
+    ``rule`` (:data:`PERCENTILE_RULES`) 4.7's interpolation from the previous one when ``p``'s own
+    weight is >= 1, or 4.4 to 4.6's from ``p``'s cumulative weight by the next one's weight when
+    that is >= 1 (else ``p`` itself)."""
     n = values.size
     order = np.argsort(values, kind="stable")
     v = values[order]
@@ -186,6 +204,9 @@ def weighted_percentile(values: NDArray[np.float64], w: NDArray[np.float64] | No
     p = min(int(np.searchsorted(cdf, t, side="right")), n - 1)
     if p in (0, n - 1):
         return float(v[p])
+    if rule == "lightgbm_4.6":
+        step = cdf[p + 1] - cdf[p]
+        return float((t - cdf[p]) / step * (v[p] - v[p - 1]) + v[p - 1] if step >= 1.0 else v[p])
     step = cdf[p] - cdf[p - 1]
     return float(v[p - 1] + (t - cdf[p - 1]) / step * (v[p] - v[p - 1]) if step >= 1.0 else v[p - 1])
 

@@ -30,9 +30,10 @@ Within the supported releases the adapters follow what differs:
   A 3.1 multiclass model loaded into 3.2 keeps its shares (tests/adapters/models); XGBoost 3.2.0
   itself crashes (a segmentation fault) loading a 3.1 vector-leaf model.
 - LightGBM 4.4 to 4.6 renew the leaves and the boost_from_average init score of *weighted*
-  ``regression_l1`` and ``quantile`` models with another weighted percentile than 4.7 (a rule the
-  engine does not model): such a model needs 4.7 (:data:`FEATURE_MINIMUM`). Their other models
-  pass the adapters' tests (4.4 and 4.5 beside scikit-learn 1.7: their scikit-learn wrappers call
+  ``regression_l1`` and ``quantile`` models with another weighted percentile than 4.7; the engine
+  models both, and the adapter takes the one that reproduces the model
+  (:mod:`.lightgbm_objectives`, ``PERCENTILE_RULES``). Their models pass the adapters' tests
+  (4.4 and 4.5 beside scikit-learn 1.7: their scikit-learn wrappers call
   ``check_X_y(force_all_finite=...)``, which scikit-learn 1.8 removed). Their ``Booster.refit`` of
   a model read from a string took the default objective (LightGBM #6851), which only the tests
   use.
@@ -63,15 +64,6 @@ BESIDE: dict[tuple[str, str, tuple[int, ...]], tuple[tuple[int, ...], str]] = {
     ),
 }
 
-#: The LightGBM models whose renewed leaves 4.4 to 4.6 compute otherwise (module docstring).
-WEIGHTED_PERCENTILE = "weighted regression_l1 and quantile models"
-
-#: (library, models) -> the oldest release that reproduces those models, where it is newer than
-#: the library's :data:`MINIMUM`; each entry is checked by its adapter.
-FEATURE_MINIMUM: dict[tuple[str, str], tuple[int, ...]] = {
-    ("lightgbm", WEIGHTED_PERCENTILE): (4, 7),
-}
-
 
 def release(version: str) -> tuple[int, ...]:
     """The numeric release a version string starts with: ``"3.1.0rc1"`` -> ``(3, 1, 0)``,
@@ -85,17 +77,16 @@ def dotted(parts: tuple[int, ...]) -> str:
     return ".".join(str(part) for part in parts)
 
 
-def check_release(library: str, version: str, models: str | None = None) -> None:
+def check_release(library: str, version: str) -> None:
     """Raise :class:`~influence_gbdt.errors.UnsupportedModelError` if ``version`` of ``library`` (a
-    key of :data:`MINIMUM`) is older than its floor, or, given ``models`` (a key of
-    :data:`FEATURE_MINIMUM` with ``library``), older than the floor of those models. A version that
-    starts with no release number (a build from source without one) passes."""
-    floor = MINIMUM[library] if models is None else FEATURE_MINIMUM[library, models]
+    key of :data:`MINIMUM`) is older than its floor. A version that starts with no release number (a
+    build from source without one) passes."""
+    floor = MINIMUM[library]
     found = release(version)
     if found and found < floor:
         need = dotted(floor)
         raise UnsupportedModelError(
-            f"influence-gbdt reproduces {library} {models or 'models'} from {library} {need} on, and "
+            f"influence-gbdt reproduces {library} models from {library} {need} on, and "
             f"{library} {version} is installed: older releases compute or store some leaf values, base "
             f"scores or classes otherwise (influence_gbdt/adapters/versions.py). Upgrade it (pip install -U "
             f"\"{library}>={need}\") and retrain the model with it."
@@ -116,11 +107,11 @@ def check_beside(library: str, version: str, other: str, other_version: str) -> 
             )
 
 
-def require(library: str, models: str | None = None) -> None:
+def require(library: str) -> None:
     """:func:`check_release` for the installed ``library`` (imported: the model comes from it), and
     :func:`check_beside` for the installed packages it pairs with."""
     version = _installed(library)
-    check_release(library, version, models)
+    check_release(library, version)
     for lib, other, _ in BESIDE:
         if lib == library:
             check_beside(library, version, other, _installed(other))

@@ -64,3 +64,23 @@ def finite_differences(model, X, y, Xt, w, step: int, eps: float = 2.0**-5) -> t
     rows = np.array(sorted(set(up) & set(down)), dtype=np.int64)
     fd = [(up[i].predict(Xt, raw_score=True) - down[i].predict(Xt, raw_score=True)) / (2 * eps) for i in rows]
     return rows, np.array(fd)
+
+
+#: The stored models of LightGBM 4.6 (``models/lightgbm-4.6-weighted-*.txt``) and the ground truth
+#: that release's own retraining gave for them (``models/lightgbm-4.6-weighted.npz``), written by
+#: ``models/lightgbm_46_weighted.py`` under LightGBM 4.6.0.
+MODELS_46 = {"regression_l1": {}, "quantile": {"alpha": 0.3}}
+SETTINGS_46 = dict(n_estimators=3, num_leaves=4, min_child_samples=40, learning_rate=0.3, verbose=-1,
+                   n_jobs=1, deterministic=True)
+
+
+def lightgbm46_data() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Training rows ``X`` (300, 4), heavy-tailed labels ``y`` (300,), weights ``w`` (300,) on
+    both sides of 1 (exact in float32: LightGBM's weighted percentiles branch on a weight >= 1) and
+    test rows ``Xt`` (40, 4) of the LightGBM 4.6 models (:data:`MODELS_46`)."""
+    rng = np.random.default_rng(46)
+    X = rng.integers(0, 6, size=(340, 4)).astype(float)
+    lin = 0.8 * X[:, 0] - 0.6 * X[:, 1] + 0.4 * X[:, 2]
+    y = lin + rng.normal(scale=1.0, size=340) + rng.standard_t(2, 340)
+    w = rng.integers(32, 128, 300) / 64.0
+    return X[:300], y[:300], w, X[300:]

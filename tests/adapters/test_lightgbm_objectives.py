@@ -10,7 +10,7 @@ boost_from_average init folded into tree 0 (project notes, lightgbm-facts sectio
 
 from __future__ import annotations
 
-import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -20,12 +20,20 @@ lgb = pytest.importorskip("lightgbm")
 
 from influence_gbdt.adapters.lightgbm import LightGBMAdapter  # noqa: E402
 from influence_gbdt.adapters.versions import release  # noqa: E402
-from lightgbm_helpers import assert_explains_predict, finite_differences, margin_changes, points_of  # noqa: E402
+from lightgbm_helpers import (  # noqa: E402
+    MODELS_46,
+    assert_explains_predict,
+    finite_differences,
+    lightgbm46_data,
+    margin_changes,
+    points_of,
+)
 
-from influence_gbdt.engine import TestPoints  # noqa: E402
+from influence_gbdt.engine import InfluenceEngine, TestPoints  # noqa: E402
 from influence_gbdt.errors import InputError, UnsupportedModelError  # noqa: E402
 
 N, N_TEST = 300, 40
+MODELS = Path(__file__).parent / "models"
 #: objective -> (extra parameters, label column of the ``data`` fixture)
 OBJECTIVES = {
     "regression": ({}, "real"),
@@ -40,19 +48,8 @@ OBJECTIVES = {
     "quantile": ({"alpha": 0.3}, "heavy"),
 }
 RENEWED = ("regression_l1", "quantile")
-#: LightGBM 4.4 to 4.6 renew weighted L1 / quantile leaves with another percentile (versions.py).
-OLD_PERCENTILE = release(lgb.__version__) < (4, 7)
-
-
-def refused_as_too_old(model, X, y, w, name: str) -> bool:
-    """Whether this is a weighted L1 / quantile model of LightGBM 4.6 or older, which the adapter
-    must refuse (asserted here, with the release it needs)."""
-    if not (OLD_PERCENTILE and w is not None and name in RENEWED):
-        return False
-    said = rf"quantile models from lightgbm 4\.7 on, and lightgbm {re.escape(lgb.__version__)} is installed"
-    with pytest.raises(UnsupportedModelError, match=said):
-        LightGBMAdapter(model).prepare(X, y, w)
-    return True
+#: The weighted percentile of this release's L1 / quantile models: 4.7 changed 4.4 to 4.6's.
+PERCENTILE = "lightgbm_4.6" if release(lgb.__version__) < (4, 7) else "lightgbm"
 
 
 @pytest.fixture(scope="module")
@@ -98,14 +95,14 @@ def model_of(name: str, **settings) -> lgb.LGBMModel:
 def test_objectives_reproduce_lightgbm(data, name, weighted):
     y, w = data[OBJECTIVES[name][1]], data["w"] if weighted else None
     model = model_of(name, n_estimators=30, num_leaves=8, verbose=-1).fit(data["X"], y, sample_weight=w)
-    if refused_as_too_old(model, data["X"], y, w, name):
-        return
     _, engine = assert_explains_predict(model, data["X"], data["Xt"], y, w)
     # Measured <= 3e-16 (stored-margin check, float32 gradients and labels mirrored; cross_entropy
     # with LightGBM's gradient (f32(1 - y) - y e^-m) / (1 + e^-m): 2.3e-8 as p - y).
     assert engine.relative_residual < 1e-13
     e = engine.ensemble
     assert e.renewed.all() == (name in RENEWED) and e.base_rule == ("quantile" if name in RENEWED else "mean")
+    if weighted and name in RENEWED:  # the installed release trained it, and its percentile reproduces it
+        assert e.quantile_method == PERCENTILE
     if name == "huber":  # rows beyond delta, where LightGBM's hessian stays the weight
         assert np.any(np.abs(y - engine.train_margin) > 1.0)
 
@@ -148,8 +145,6 @@ def test_leaf_refit_matches_retraining(data, name, weighted):
     # Weighted percentiles move with every deletion: larger leaves keep more structures.
     settings = {**COARSE, "min_child_samples": 40} if weighted else COARSE
     model = model_of(name, **settings).fit(X, y, sample_weight=w if weighted else None)
-    if refused_as_too_old(model, X, y, w if weighted else None, name):
-        return
     adapter = LightGBMAdapter(model)
     engine = adapter.prepare(X, y, w if weighted else None)
     rows, truth = margin_changes(model, X, y, Xt, w, step=10, weighted=weighted)
@@ -170,8 +165,6 @@ def test_leaf_influence_matches_finite_differences(data, name):
     # differs from the weighted one the retraining with 1 +- eps would use).
     w = data["w"]
     model = model_of(name, **COARSE).fit(X, y, sample_weight=w)
-    if refused_as_too_old(model, X, y, w, name):
-        return
     adapter = LightGBMAdapter(model)
     engine = adapter.prepare(X, y, w)
     # Renewed leaves have no float32 gradient noise, and their percentile interpolates with weight
@@ -181,6 +174,35 @@ def test_leaf_influence_matches_finite_differences(data, name):
     assert rows.size >= 4
     ours = engine.leaf_influence(points_of(adapter, Xt), rows=rows, on="prediction")
     # Measured 2.4e-6 (huber) .. 2.6e-5 (regression), 4.7e-4 (L1, eps 2^-10), 2.4e-5 (quantile).
+    assert np.abs(ours - fd).max() < 1e-3 * np.abs(fd).max()
+
+
+@pytest.mark.parametrize("name", list(MODELS_46))
+def test_a_weighted_model_of_lightgbm_4_6_is_read_with_its_percentile(name):
+    """LightGBM 4.4 to 4.6 renewed the leaves (and the init score) of weighted L1 / quantile models
+    with another weighted percentile than 4.7, and a model text does not say which release wrote
+    it. A model LightGBM 4.6.0 wrote (``models/lightgbm_46_weighted.py``), loaded into the installed
+    release: the adapter takes 4.6's percentile, which reproduces every stored leaf and LightGBM's
+    margins where 4.7's does not, and its LeafRefit and LeafInfluence match 4.6's own retraining,
+    recorded with the model (tolerances as the tests above against the installed release)."""
+    X, y, w, Xt = lightgbm46_data()
+    booster = lgb.Booster(model_file=MODELS / f"lightgbm-4.6-weighted-{name}.txt")
+    adapter = LightGBMAdapter(booster)
+    engine = adapter.prepare(X, y, w)
+    assert adapter.percentile_rule == engine.ensemble.quantile_method == "lightgbm_4.6"
+    assert engine.relative_residual < 1e-13
+    theirs = booster.predict(X, raw_score=True)
+    np.testing.assert_allclose(engine.train_margin, theirs, rtol=0, atol=1e-12 * np.abs(theirs).max())
+    other = LightGBMAdapter(booster)
+    other.percentile_rule = "lightgbm"
+    assert InfluenceEngine(other.describe(X, y, w)).relative_residual > LightGBMAdapter.WRONG_MEASURED
+    truth, points = np.load(MODELS / "lightgbm-4.6-weighted.npz"), points_of(adapter, Xt)
+    refit = truth[f"{name}_refit"]
+    assert refit.shape[0] >= 2 and np.abs(refit).max() > 1e-4
+    ours = engine.leaf_refit(points, rows=truth[f"{name}_refit_rows"], on="prediction")
+    assert np.abs(ours - refit).max() < 1e-9 * np.abs(refit).max()
+    fd = truth[f"{name}_fd"]
+    ours = engine.leaf_influence(points, rows=truth[f"{name}_fd_rows"], on="prediction")
     assert np.abs(ours - fd).max() < 1e-3 * np.abs(fd).max()
 
 
