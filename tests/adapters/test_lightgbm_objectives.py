@@ -30,7 +30,7 @@ from lightgbm_helpers import (  # noqa: E402
 )
 
 from influence_gbdt.engine import InfluenceEngine, TestPoints  # noqa: E402
-from influence_gbdt.errors import InputError, UnsupportedModelError  # noqa: E402
+from influence_gbdt.errors import InputError, ReproductionError, UnsupportedModelError  # noqa: E402
 
 N, N_TEST = 300, 40
 MODELS = Path(__file__).parent / "models"
@@ -196,6 +196,10 @@ def test_a_weighted_model_of_lightgbm_4_6_is_read_with_its_percentile(name):
     other = LightGBMAdapter(booster)
     other.percentile_rule = "lightgbm"
     assert InfluenceEngine(other.describe(X, y, w)).relative_residual > LightGBMAdapter.WRONG_MEASURED
+    wrong = LightGBMAdapter(booster)  # neither percentile reproduces wrong weights: the error says so
+    with pytest.raises(ReproductionError, match="4.7 and of 4.4 to 4.6 were both tried"):
+        wrong.prepare(X, y, w[::-1])
+    assert wrong.percentile_rule == PERCENTILE  # the installed release's, kept for the next call
     truth, points = np.load(MODELS / "lightgbm-4.6-weighted.npz"), points_of(adapter, Xt)
     refit = truth[f"{name}_refit"]
     assert refit.shape[0] >= 2 and np.abs(refit).max() > 1e-4
