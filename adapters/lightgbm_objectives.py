@@ -185,7 +185,8 @@ def weighted_percentile(
     the first order statistic ``p`` whose cumulative weight exceeds ``alpha`` times the total, by
     ``rule`` (:data:`PERCENTILE_RULES`) 4.7's interpolation from the previous one when ``p``'s own
     weight is >= 1, or 4.4 to 4.6's from ``p``'s cumulative weight by the next one's weight when
-    that is >= 1 (else ``p`` itself)."""
+    that is >= 1 (else ``p`` itself). ``values`` are float32 labels (``label_t``): LightGBM
+    interpolates with their differences in float32."""
     n = values.size
     order = np.argsort(values, kind="stable")
     v = values[order]
@@ -198,17 +199,18 @@ def weighted_percentile(
             return float(v[0])
         bias = pos - (p - 1)
         hi, lo = v[n - p], v[n - 1 - p]  # descending positions p - 1 and p
-        return float(hi - (hi - lo) * bias)
+        return float(hi - _float32(hi - lo) * bias)
     cdf = np.cumsum(w[order])
     t = cdf[-1] * alpha
     p = min(int(np.searchsorted(cdf, t, side="right")), n - 1)
     if p in (0, n - 1):
         return float(v[p])
+    gap = _float32(v[p] - v[p - 1])
     if rule == "lightgbm_4.6":
         step = cdf[p + 1] - cdf[p]
-        return float((t - cdf[p]) / step * (v[p] - v[p - 1]) + v[p - 1] if step >= 1.0 else v[p])
+        return float((t - cdf[p]) / step * gap + v[p - 1] if step >= 1.0 else v[p])
     step = cdf[p] - cdf[p - 1]
-    return float(v[p - 1] + (t - cdf[p - 1]) / step * (v[p] - v[p - 1]) if step >= 1.0 else v[p - 1])
+    return float(v[p - 1] + (t - cdf[p - 1]) / step * gap if step >= 1.0 else v[p - 1])
 
 
 def resolve(header: str, param: Callable[[str, float], float], flags: dict[str, str]) -> Objective:
@@ -284,3 +286,8 @@ def label_weights(counts: NDArray[np.float64], unbalance: bool, scale_pos: float
         out[:, 1] = np.where(both & (pos <= neg), neg / safe_pos, 1.0)
     out[:, 1] *= scale_pos
     return out
+
+
+def _float32(x: float) -> float:
+    """``x`` rounded to float32, as a Python float."""
+    return float(np.float32(x))

@@ -195,8 +195,8 @@ def _base_margins(rng: np.random.Generator) -> None:
     y, w = rng.normal(size=30), rng.uniform(0.5, 2.0, 30)
     for method in METHODS.values():
         for weighted in (False, True):
-            quantile_without(method, y, w, 0.3, weighted, 1e-6, np.array([0, 4]))
-            quantile_weight_derivative(method, y, w, 0.3, weighted, 1e-6)
+            quantile_without(method, y, w, 0.3, weighted, 1e-6, True, np.array([0, 4]))
+            quantile_weight_derivative(method, y, w, 0.3, weighted, 1e-6, True)
 
 
 def _catboost_stream() -> None:

@@ -119,9 +119,15 @@ def _f32(x: np.ndarray | float) -> np.ndarray:
 
 
 def ref_quantile(  # noqa: C901 -- one branch per booster definition
-    method: str, r: np.ndarray, w: np.ndarray, alpha: float, weighted: bool, delta: float
+    method: str, r: np.ndarray, w: np.ndarray, alpha: float, weighted: bool, delta: float,
+    labels: bool = False,
 ) -> float:
-    """The boosters' quantile definitions, written out again from the project notes."""
+    """The boosters' quantile definitions, written out again from the project notes. ``labels``:
+    LightGBM's init score, a percentile of float32 labels (``label_t``), whose order statistics it
+    subtracts in float32."""
+    def gap(a: float, b: float) -> float:
+        return float(_f32(a - b)) if labels else a - b
+
     n = r.size
     if n == 0:
         return 0.0
@@ -158,7 +164,7 @@ def ref_quantile(  # noqa: C901 -- one branch per booster definition
         if p >= n:
             return float(desc[-1])
         b = fp - (p - 1)
-        return float(desc[p - 1] - (desc[p - 1] - desc[p]) * b)
+        return float(desc[p - 1] - gap(desc[p - 1], desc[p]) * b)
     cdf = np.cumsum(_f32(ww))
     t = cdf[-1] * alpha
     above = np.nonzero(cdf > t)[0]
@@ -167,10 +173,10 @@ def ref_quantile(  # noqa: C901 -- one branch per booster definition
         return float(v[p])
     if method == "lightgbm_4.6":  # WeightedPercentileFun of LightGBM 4.4 to 4.6, as its source reads
         if cdf[p + 1] - cdf[p] >= 1:
-            return float((t - cdf[p]) / (cdf[p + 1] - cdf[p]) * (v[p] - v[p - 1]) + v[p - 1])
+            return float((t - cdf[p]) / (cdf[p + 1] - cdf[p]) * gap(v[p], v[p - 1]) + v[p - 1])
         return float(v[p])
     if cdf[p] - cdf[p - 1] >= 1:
-        return float(v[p - 1] + (t - cdf[p - 1]) / (cdf[p] - cdf[p - 1]) * (v[p] - v[p - 1]))
+        return float(v[p - 1] + (t - cdf[p - 1]) / (cdf[p] - cdf[p - 1]) * gap(v[p], v[p - 1]))
     return float(v[p - 1])
 
 
@@ -237,7 +243,7 @@ class Spec:
         if self.renew:
             keep = present.astype(bool)
             q = ref_quantile(self.renew, self.y[keep], u[keep], self.params.get("alpha", 0.5),
-                             self.q_weighted, self.q_delta)
+                             self.q_weighted, self.q_delta, labels=self.renew in LIGHTGBM)
             # LightGBM's BoostFromScore returns its percentile as float32 (measured against retraining).
             return np.array([float(np.float32(q)) if self.renew in LIGHTGBM else q])
         if self.base_newton:

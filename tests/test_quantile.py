@@ -31,7 +31,8 @@ def _kth_all(r: np.ndarray) -> np.ndarray:
 def _quantile(method: int, r: np.ndarray, w: np.ndarray, alpha: float, weighted: bool,
               delta: float) -> tuple[float, np.ndarray, np.ndarray]:
     sel, coef, wd = np.empty(2, dtype=np.int64), np.empty(2), np.empty(4)
-    q = quantile(method, r, w, alpha, weighted, delta, sel, coef, wd, np.empty(r.shape[0], dtype=np.int64))
+    q = quantile(method, r, w, alpha, weighted, delta, sel, coef, wd, np.empty(r.shape[0], dtype=np.int64),
+                 False)
     return q, sel, coef
 
 

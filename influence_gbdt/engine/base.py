@@ -96,11 +96,15 @@ class BaseMargin:
         "newton_step" only)."""
         return self._P, self._Q
 
-    def _quantile_args(self) -> tuple[int, NDArray[np.float64], NDArray[np.float64], float, bool, float]:
-        """The arguments of :mod:`.quantile` for the labels' quantile."""
+    def _quantile_args(
+        self,
+    ) -> tuple[int, NDArray[np.float64], NDArray[np.float64], float, bool, float, bool]:
+        """The arguments of :mod:`.quantile` for the labels' quantile (a float32 estimate's, as
+        LightGBM's percentile of float32 labels, interpolates with float32 differences)."""
         e = self.ensemble
         return (METHODS[e.quantile_method], np.ascontiguousarray(e.y[:, 0]), e.dataset_weight,
-                float(e.loss.params.get("alpha", 0.5)), e.quantile_weighted, e.quantile_delta)
+                float(e.loss.params.get("alpha", 0.5)), e.quantile_weighted, e.quantile_delta,
+                e.float32_base)
 
     def _denominator(self, Q: NDArray[np.float64]) -> NDArray[np.float64]:
         """The ratio's denominator from its sums ``Q`` (any shape): floored for the Newton step."""
@@ -133,11 +137,11 @@ class BaseMargin:
         if not self.refits:
             return e.base_margin.copy()
         if e.base_rule == "quantile":
-            method, values, w, alpha, weighted, delta = self._quantile_args()
+            method, values, w, alpha, weighted, delta, label32 = self._quantile_args()
             # quantile_without deletes one row in turn: an extra row, deleted, leaves exactly these
             extra = np.array([values.size], dtype=np.int64)
             q = quantile_without(method, np.append(values, 0.0), np.append(w, 0.0), alpha, weighted, delta,
-                                 extra)
+                                 label32, extra)
             return _rounded(q, e.float32_base)
         r = self._P.sum(0) / self._denominator(self._Q.sum(0))
         return self._map(_rounded(r[None, :], e.float32_base))[0]

@@ -69,6 +69,13 @@ def residual(method: int, y: float, m: float) -> float:
 
 
 @_internal
+def _diff(a: float, b: float, label32: bool) -> float:
+    """``a - b``, rounded to float32 where ``label32`` (``a``, ``b`` float32 values that LightGBM
+    subtracts as ``label_t``)."""
+    return _f32(a - b) if label32 else a - b
+
+
+@_internal
 def _kth(r: NDArray[np.float64], k: int) -> int:
     """The position in ``r`` (n,) of its ``k``-th smallest value in the stable ascending order
     (ties by position: ``np.argsort(r, kind="mergesort")[k]``), in O(n): the value by
@@ -92,19 +99,20 @@ def _kth(r: NDArray[np.float64], k: int) -> int:
 def quantile(  # noqa: C901 -- one branch per booster definition
     method: int, r: NDArray[np.float64], w: NDArray[np.float64], alpha: float, weighted: bool,
     delta: float, sel: NDArray[np.int64], coef: NDArray[np.float64], wd: NDArray[np.float64],
-    order: NDArray[np.int64],
+    order: NDArray[np.int64], label32: bool,
 ) -> float:
     """The booster's ``alpha`` quantile of residuals ``r`` (n,) with weights ``w`` (n,).
 
     ``weighted``: the booster used a weight vector (XGBoost and LightGBM take another path then,
-    even for all-one weights). Outputs: ``order`` (n,) the stable ascending order of ``r`` where
+    even for all-one weights). ``label32``: ``r`` are float32 labels, whose differences LightGBM
+    interpolates with in float32 (its init score's percentile of ``label_t``; leaves take residuals
+    in double). Outputs: ``order`` (n,) the stable ascending order of ``r`` where
     the definition sums weights in that order (XGBoost's and LightGBM's weighted quantiles,
     CatBoost's with weights other than 1), else left as it was (the order statistics are then
     selected, :func:`_kth`, in O(n) instead of sorted); ``sel`` (2,) positions in ``r`` of the
     order statistics the quantile follows (-1: none) and ``coef`` (2,) ``dQ / dr[sel]``; ``wd``
-    (4,) = ``(slope, alpha, c, q)`` of the weight derivative (``q`` the position of its pivot in
-    ``order``) (slope 0: none; see
-    :func:`weight_slope`). Returns 0 for an empty leaf.
+    (4,) = ``(slope, alpha, c, q)`` of the weight derivative, ``q`` the position of its pivot in
+    ``order`` (slope 0: none; see :func:`weight_slope`). Returns 0 for an empty leaf.
     """
     n = r.shape[0]
     sel[:] = -1
@@ -139,7 +147,7 @@ def quantile(  # noqa: C901 -- one branch per booster definition
         b = fp - (p - 1)
         upper, lower = _kth(r, n - p), _kth(r, n - 1 - p)  # descending positions p - 1 and p
         sel[0], sel[1], coef[0], coef[1] = upper, lower, 1.0 - b, b
-        return r[upper] - (r[upper] - r[lower]) * b
+        return r[upper] - _diff(r[upper], r[lower], label32) * b
     order[:] = np.argsort(r, kind="mergesort")
     if method == QUANTILE_XGBOOST:  # weighted: a step function of the float32 cumulative weight
         cdf = np.empty(n)
@@ -167,21 +175,22 @@ def quantile(  # noqa: C901 -- one branch per booster definition
         sel[0], coef[0] = order[p], 1.0
         return r[order[p]]
     v1, v2 = r[order[p - 1]], r[order[p]]
+    step = _diff(v2, v1, label32)
     if method == QUANTILE_LIGHTGBM_46:  # p < n - 1 here, so p + 1 is a row
         w_next = cdf[p + 1] - cdf[p]
         if w_next >= 1.0:
             c = (t - cdf[p]) / w_next
             sel[0], sel[1], coef[0], coef[1] = order[p - 1], order[p], 1.0 - c, c
-            wd[0], wd[1], wd[2], wd[3] = (v2 - v1) / w_next, alpha, c, p + 1
-            return c * (v2 - v1) + v1
+            wd[0], wd[1], wd[2], wd[3] = step / w_next, alpha, c, p + 1
+            return c * step + v1
         sel[0], coef[0] = order[p], 1.0
         return v2
     w_p = cdf[p] - cdf[p - 1]
     if w_p >= 1.0:
         c = (t - cdf[p - 1]) / w_p
         sel[0], sel[1], coef[0], coef[1] = order[p - 1], order[p], 1.0 - c, c
-        wd[0], wd[1], wd[2], wd[3] = (v2 - v1) / w_p, alpha, c, p
-        return v1 + c * (v2 - v1)
+        wd[0], wd[1], wd[2], wd[3] = step / w_p, alpha, c, p
+        return v1 + c * step
     sel[0], coef[0] = order[p - 1], 1.0
     return v1
 
@@ -252,9 +261,10 @@ def _catboost(
 @_jit
 def quantile_without(
     method: int, values: NDArray[np.float64], w: NDArray[np.float64], alpha: float, weighted: bool,
-    delta: float, idx: NDArray[np.int64],
+    delta: float, label32: bool, idx: NDArray[np.int64],
 ) -> NDArray[np.float64]:
-    """The quantile of ``values`` (n,) with each row of ``idx`` (B,) deleted in turn, shape (B,)."""
+    """The quantile of ``values`` (n,) with each row of ``idx`` (B,) deleted in turn, shape (B,)
+    (``label32``: see :func:`quantile`)."""
     n = values.shape[0]
     out = np.empty(idx.shape[0])
     sel = np.empty(2, dtype=np.int64)
@@ -269,22 +279,23 @@ def quantile_without(
             if j != idx[b]:
                 v[k], ww[k] = values[j], w[j]
                 k += 1
-        out[b] = quantile(method, v, ww, alpha, weighted, delta, sel, coef, wd, order)
+        out[b] = quantile(method, v, ww, alpha, weighted, delta, sel, coef, wd, order, label32)
     return out
 
 
 @_jit
 def quantile_weight_derivative(
     method: int, values: NDArray[np.float64], w: NDArray[np.float64], alpha: float, weighted: bool,
-    delta: float,
+    delta: float, label32: bool,
 ) -> NDArray[np.float64]:
-    """``dQ / dw_j`` of the quantile of ``values`` (n,) for every row, shape (n,)."""
+    """``dQ / dw_j`` of the quantile of ``values`` (n,) for every row, shape (n,) (``label32``: see
+    :func:`quantile`)."""
     n = values.shape[0]
     sel = np.empty(2, dtype=np.int64)
     coef = np.empty(2)
     wd = np.empty(4)
     order = np.empty(n, dtype=np.int64)
-    quantile(method, values, w, alpha, weighted, delta, sel, coef, wd, order)
+    quantile(method, values, w, alpha, weighted, delta, sel, coef, wd, order, label32)
     out = np.zeros(n)
     if wd[0] == 0.0:  # a step function of the weights (and ``order`` perhaps not filled)
         return out

@@ -48,7 +48,7 @@ def _leaf_quantile(
         k += 1
     half = buf.shape[0] // 2
     value = quantile(ren.q_method, buf[:k], buf[half : half + k], ren.q_alpha[t], ren.q_weighted,
-                     ren.q_delta, sel, coef, wd, order[:k])
+                     ren.q_delta, sel, coef, wd, order[:k], False)
     return value, k
 
 
