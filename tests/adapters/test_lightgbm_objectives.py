@@ -18,9 +18,9 @@ import pytest
 
 lgb = pytest.importorskip("lightgbm")
 
+from engine_reference import ref_quantile  # noqa: E402
 from influence_gbdt.adapters.lightgbm import LightGBMAdapter  # noqa: E402
 from influence_gbdt.adapters.versions import release  # noqa: E402
-from engine_reference import ref_quantile  # noqa: E402
 from lightgbm_helpers import (  # noqa: E402
     MODELS_46,
     assert_explains_predict,
@@ -120,8 +120,9 @@ def test_poisson_max_delta_step_is_the_hessian_shift(data):
 
 #: Weights (in 64ths, exact in float32; on both sides of 1) under which the labels below make both
 #: weighted percentiles, 4.7's and 4.4 to 4.6's, interpolate across a gap float32 does not hold.
-FAR_WEIGHTS = np.array([124, 62, 108, 50, 66, 96, 87, 50, 95, 87, 120, 89, 116, 124, 40, 38, 80, 79, 85, 103, 62,
-                        49, 97, 69, 121, 38, 100, 101, 58, 40, 62, 69, 126, 115, 54, 77, 89, 119, 44, 105]) / 64.0
+FAR_WEIGHTS = np.array([124, 62, 108, 50, 66, 96, 87, 50, 95, 87, 120, 89, 116, 124, 40, 38, 80, 79, 85, 103,
+                        62, 49, 97, 69, 121, 38, 100, 101, 58, 40, 62, 69, 126, 115, 54, 77, 89, 119, 44,
+                        105]) / 64.0
 
 
 @pytest.mark.parametrize(("alpha", "weighted"), [(0.3, False), (0.32, True)])
@@ -136,13 +137,13 @@ def test_the_init_score_interpolates_float32_labels_as_lightgbm_does(alpha, weig
     y = np.concatenate([hi + 10.0 * np.arange(1, 28), [hi, lo], -np.arange(1.0, 12.0)])
     X = np.random.default_rng(0).normal(size=(y.size, 2))
     w = FAR_WEIGHTS if weighted else None
-    model = lgb.LGBMRegressor(objective="quantile", alpha=alpha, n_estimators=5, num_leaves=4, min_child_samples=5,
-                              verbose=-1).fit(X, y, sample_weight=w)
+    model = lgb.LGBMRegressor(objective="quantile", alpha=alpha, n_estimators=5, num_leaves=4,
+                              min_child_samples=5, verbose=-1).fit(X, y, sample_weight=w)
     _, engine = assert_explains_predict(model, X, X[:8], y, w)
     assert engine.relative_residual < 1e-13
-    a32, ones = float(np.float32(alpha)), np.ones(y.size)
-    label_t, double = (float(np.float32(ref_quantile(PERCENTILE, y, ones if w is None else w, a32, weighted, 0.0,
-                                                     labels=labels))) for labels in (True, False))
+    a32, weights = float(np.float32(alpha)), np.ones(y.size) if w is None else w
+    label_t, double = (float(np.float32(ref_quantile(PERCENTILE, y, weights, a32, weighted, 0.0, labels=f32)))
+                       for f32 in (True, False))
     assert label_t != double and engine.ensemble.base_margin[0] == label_t
 
 
@@ -226,7 +227,7 @@ def test_a_weighted_model_of_lightgbm_4_6_is_read_with_its_percentile(name):
     other.percentile_rule = "lightgbm"
     assert InfluenceEngine(other.describe(X, y, w)).relative_residual > LightGBMAdapter.WRONG_MEASURED
     wrong = LightGBMAdapter(booster)  # neither percentile reproduces wrong weights: the error says so
-    with pytest.raises(ReproductionError, match="4.7 and of 4.4 to 4.6 were both tried"):
+    with pytest.raises(ReproductionError, match=r"4\.7 and of 4\.4 to 4\.6 were both tried"):
         wrong.prepare(X, y, w[::-1])
     assert wrong.percentile_rule == PERCENTILE  # the installed release's, kept for the next call
     truth, points = np.load(MODELS / "lightgbm-4.6-weighted.npz"), points_of(adapter, Xt)
