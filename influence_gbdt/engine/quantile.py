@@ -11,7 +11,8 @@ differently; each definition is reproduced here, measured against the boosters' 
   next; the extremes below ``1 / (n + 1)`` and above ``n / (n + 1)``); with weights a step function
   of the float32 cumulative weight (the first order statistic whose cumulative weight reaches
   ``alpha`` times the total).
-- ``QUANTILE_LIGHTGBM``: residuals in double. Without weights linear interpolation at position
+- ``QUANTILE_LIGHTGBM``: residuals in double (the init score's float32 labels: their differences
+  in float32, ``label32``). Without weights linear interpolation at position
   ``(n - 1) alpha``; with weights (4.7.0) the first order statistic ``p`` whose cumulative weight
   exceeds ``alpha W``, interpolated from the previous one by ``(alpha W - C[p-1]) / w[p]`` when
   ``w[p] >= 1`` (else the previous one itself).
