@@ -199,13 +199,13 @@ def weighted_percentile(
             return float(v[0])
         bias = pos - (p - 1)
         hi, lo = v[n - p], v[n - 1 - p]  # descending positions p - 1 and p
-        return float(hi - _float32(hi - lo) * bias)
+        return float(hi - float(np.float32(hi - lo)) * bias)
     cdf = np.cumsum(w[order])
     t = cdf[-1] * alpha
     p = min(int(np.searchsorted(cdf, t, side="right")), n - 1)
     if p in (0, n - 1):
         return float(v[p])
-    gap = _float32(v[p] - v[p - 1])
+    gap = float(np.float32(v[p] - v[p - 1]))
     if rule == "lightgbm_4.6":
         step = cdf[p + 1] - cdf[p]
         return float((t - cdf[p]) / step * gap + v[p - 1] if step >= 1.0 else v[p])
@@ -286,8 +286,3 @@ def label_weights(counts: NDArray[np.float64], unbalance: bool, scale_pos: float
         out[:, 1] = np.where(both & (pos <= neg), neg / safe_pos, 1.0)
     out[:, 1] *= scale_pos
     return out
-
-
-def _float32(x: float) -> float:
-    """``x`` rounded to float32, as a Python float."""
-    return float(np.float32(x))

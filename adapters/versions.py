@@ -1,5 +1,4 @@
-"""The oldest release of each booster that the adapters reproduce, and the features that need a
-newer one.
+"""The oldest release of each booster that the adapters reproduce, and what differs above it.
 
 ``pyproject.toml``'s extras (``xgboost>=3.1``, ...) state the same floors, and a test checks that the
 two agree. ``nox -s oldest`` runs the test suite against every requirement's floor. Below these
