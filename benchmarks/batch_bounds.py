@@ -1,10 +1,17 @@
 """What bounds the reverse sweep of a batch of test points (issue 27's "100 test points <= 10x one").
 
-The batch's margins pass (``engine/reverse1.py``, ``_logloss_margins``) does, for each row and
-round, for each of the batch's ``B`` objectives: ``a = aT[j, b] + (GT[k, b] * wdg + DT[k, b] *
-wdh)``, stores ``a`` and adds it to the sums ``PT[g, b]`` of the row's leaf ``g`` in the next
-tree. This script times that loop alone on a synthetic model of Adult's size (numba, one thread,
-no package code), and beside it two ways of cutting its memory traffic:
+The batch's margins pass (``engine/reverse1.py``, ``_logloss_margins``) did, until stop 76, for
+each row and round, for each of the batch's ``B`` objectives: ``a = aT[j, b] + (GT[k, b] * wdg +
+DT[k, b] * wdh)`` (the adjoints of the leaf's sums G and H + lam), stored ``a`` and added it to the
+sums ``PT[g, b]`` of the row's leaf ``g`` in the next tree. This script times that loop alone on a
+synthetic model of Adult's size (numba, one thread, no package code), and beside it:
+
+- **factored** (the engine's loop since stop 76): ``DT[k, b]`` is ``GT[k, b]`` times the step's
+  ratio ``rd / rg``, the same for every objective, so a row computes ``f = wdg + ratio * wdh`` once
+  and each objective adds ``GT[k, b] * f``: one product and one adjoint read per objective instead
+  of two (another rounding: the same sums to a few ulps);
+
+and two ways of cutting its memory traffic:
 
 - **rows that fit the L2 cache** (fewer rows): if the pass were bound by reading and writing the
   ``(rows, B)`` margin adjoints from the L3 cache or memory, a row would cost much less here;
@@ -67,6 +74,29 @@ def per_round(leaf: NDArray[np.int32], p: NDArray[np.float64], c1: NDArray[np.fl
             k, g = here[j], nxt[j]
             for b in range(B):
                 a = aT[j, b] + (GT[k, b] * wdg + DT[k, b] * wdh)
+                aT[j, b] = a
+                PT[g, b] += a
+
+
+@numba.njit
+def factored(leaf: NDArray[np.int32], p: NDArray[np.float64], c1: NDArray[np.float64],
+             c2: NDArray[np.float64], c0: NDArray[np.float64], aT: NDArray[np.float64]) -> None:
+    """:func:`per_round`'s sweep with each row's two derivatives folded into one factor by the
+    leaf's ratio ``c2 / c1`` (the engine's ``GT`` times it is its ``DT``)."""
+    R, n = leaf.shape
+    L, B = c0.shape
+    PT, GT, DT = c0.copy(), np.empty((L, B)), np.empty((L, B))
+    for r in range(R - 1, -1, -1):
+        _leaf_level(r, PT, GT, DT, c1, c2)
+        ratio = c2[r] / c1[r]
+        PT[:] = 0.0
+        here, nxt = leaf[r], leaf[max(r - 1, 0)]
+        for j in range(n):
+            wdg, wdh = _derivs(p[r, j])
+            k, g = here[j], nxt[j]
+            f = wdg + ratio[k] * wdh
+            for b in range(B):
+                a = aT[j, b] + GT[k, b] * f
                 aT[j, b] = a
                 PT[g, b] += a
 
@@ -162,22 +192,27 @@ def main() -> None:
     args = parser.parse_args()
     R, L, B = args.rounds - args.rounds % 4, args.leaves, args.width
     print(f"One thread, {R} rounds of {L} leaves, {B} objectives; best of 5.\n")
-    print("| rows | per round | blocked, 4 rounds | per round, ns per row and round "
-          "| blocked: max difference |")
-    print("|---:|---:|---:|---:|---:|")
+    print("| rows | per round | factored | blocked, 4 rounds | per round, ns per row and round "
+          "| factored: max difference | blocked: max difference |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for n in (args.rows, 4_000, 2_000):
         leaf, p, c1, c2, c0 = _model(n, R, L, B)
         S = pair_sums(leaf, p, 4, L)
-        out = {"per round": np.zeros((n, B)), "blocked": np.zeros((n, B))}
+        out = {"per round": np.zeros((n, B)), "factored": np.zeros((n, B)), "blocked": np.zeros((n, B))}
         best = _best({"per round": partial(per_round, leaf, p, c1, c2, c0, out["per round"]),
+                      "factored": partial(factored, leaf, p, c1, c2, c0, out["factored"]),
                       "blocked": partial(blocked, leaf, p, c1, c2, c0, out["blocked"], S)})
         for a in out.values():  # one more call of each from zero adjoints, to compare them
             a[:] = 0.0
         per_round(leaf, p, c1, c2, c0, out["per round"])
+        factored(leaf, p, c1, c2, c0, out["factored"])
         blocked(leaf, p, c1, c2, c0, out["blocked"], S)
-        diff = np.abs(out["per round"] - out["blocked"]).max() / np.abs(out["per round"]).max()
-        print(f"| {n:,} | {best['per round'] * 1e3:.1f} ms | {best['blocked'] * 1e3:.1f} ms | "
-              f"{best['per round'] / (n * R) * 1e9:.1f} | {diff:.1e} of the largest |")
+        largest = np.abs(out["per round"]).max()
+        fdiff = np.abs(out["per round"] - out["factored"]).max() / largest
+        diff = np.abs(out["per round"] - out["blocked"]).max() / largest
+        print(f"| {n:,} | {best['per round'] * 1e3:.1f} ms | {best['factored'] * 1e3:.1f} ms | "
+              f"{best['blocked'] * 1e3:.1f} ms | {best['per round'] / (n * R) * 1e9:.1f} | "
+              f"{fdiff:.1e} of the largest | {diff:.1e} of the largest |")
     print("\nPer round, 1,000 rows (in the L2 cache), by the batch's width:\n")
     print("| objectives | ns per row and round | ns per objective, row and round |")
     print("|---:|---:|---:|")

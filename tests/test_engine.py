@@ -277,13 +277,17 @@ TEAM_SWEEPS = {"reverse1": reverse1, "reverse_multi": reverse_multi}
 @pytest.mark.parametrize(("sweep", "name", "n"), [("reverse_multi", name, 60) for name in MULTI_PLAIN] + [
     ("reverse_multi", name, 3 * CHUNK_ROWS + 123)
     for name in ("softmax-4-floored", "one-vs-all", "multi-target")
-] + [("reverse1", name, n) for name in RENEWED for n in (60, 3 * CHUNK_ROWS + 123)])
+] + [("reverse1", name, n) for name in RENEWED for n in (60, 3 * CHUNK_ROWS + 123)] + [
+    ("reverse1", name, 60) for name in K1 if name not in RENEWED
+] + [("reverse1", name, 3 * CHUNK_ROWS + 123)
+     for name in ("logloss-newton", "logloss-3steps-catboost-l2", "logloss-rounds-of-3")])
 def test_a_team_sweep_equals_the_general_sweep(
     sweep: str, name: str, n: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``engine.reverse_multi`` (several outputs, plain rounds) and ``engine.reverse1`` through
-    renewed rounds (the order statistics' margin adjoints by the leaf level, the quantiles' weight
-    adjoints and the gather by the team's rows) against the general sweep (``passes.reverse``),
+    """``engine.reverse_multi`` (several outputs, plain rounds) and ``engine.reverse1`` (one output:
+    plain rounds, each row's terms from its :func:`~influence_gbdt.engine.common.row_factors`,
+    and renewed rounds, the order statistics' margin adjoints by the leaf level, the quantiles'
+    weight adjoints and the gather by the team's rows) against the general sweep (``passes.reverse``),
     the reference they write out: bit for bit where the rows make one chunk (the same additions in
     the same order), and within 1e-13 relative where a leaf's sum over 4 chunks of rows runs chunk
     by chunk (each a sum of ~4,000 terms, off by a few ulps of the largest: measured 3e-16

@@ -30,6 +30,29 @@ per_row = numba.njit(cache=True, nogil=True, inline="always", internal=True)
 
 
 @per_row
+def step_ratio(rg: float, rd: float) -> float:
+    """A leaf step's ``rd / rg`` (``d delta / d (H + lam)`` over ``d delta / d G``: the step's
+    unclipped delta, see :func:`leaf_step`), 0 where ``rg`` is (the step is then constant in its
+    sums, and ``rd`` is 0 too). Its sums' adjoints are ``g_bar`` and ``g_bar * ratio``."""
+    return rd / rg if rg != 0.0 else 0.0
+
+
+@per_row
+def row_factors(
+    g: float, h: float, wdg: float, wdh: float, ratio: float, newton: bool
+) -> tuple[float, float]:
+    """What a row's weight and margin adjoints gain from a leaf step, per unit of the step's
+    adjoint of G (``g_bar``): from the row's ``g, h, w dg/dm, w dh/dm`` at the step and the step's
+    :func:`step_ratio`, ``(g + ratio h, w dg/dm + ratio w dh/dm)`` (``G = sum w g``, ``H = sum w
+    h``); a gradient step's ``(g + ratio, w dg/dm)`` (its ``H`` is ``sum w``). Two products per row,
+    then one per objective for each adjoint, where the sums' adjoints ``g_bar``, ``d_bar`` took two
+    (reverse mode's row level, every one-output sweep)."""
+    if newton:
+        return g + ratio * h, wdg + ratio * wdh
+    return g + ratio, wdg
+
+
+@per_row
 def keep_point(DER: NDArray[np.float64], q: int, j: int, z0: float, z1: float) -> None:
     """Keep row ``j``'s point ``(z0, z1)`` (:func:`..losses.point1`'s) in the derivative cache's
     slot ``q`` (``DER`` (P, n, point size): ``z1`` only where the loss's point has two numbers)."""

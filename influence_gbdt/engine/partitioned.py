@@ -210,7 +210,7 @@ def sweep_round(state: State, part: Partition, r: int,
     g_bar, d_bar, _ = adjoints
     st = part.state
     add_round(st.lay, r, A, st.sums.stored, -1.0)
-    row_adjoints(st.lay, st.trees, st.rows, st.loss, st.sums.u_before, r, 0, A, g_bar, d_bar, a_bar, w_bar)
+    row_adjoints(st.lay, st.trees, st.rows, st.loss, st.sums, r, 0, A, g_bar, d_bar, a_bar, w_bar)
     return state, _gathered(st.lay, r - 1, a_bar)
 
 

@@ -38,7 +38,9 @@ from .common import (
     l2_term,
     leaf_step,
     per_row,
+    row_factors,
     step_point,
+    step_ratio,
 )
 from .pointjobs import PointWork, add_row_share1, leaf_sums1, resum_leaves, round_sums, tree_sums
 from .rowjobs import Work, step_sums
@@ -148,22 +150,23 @@ def leaf_adjoints(
 
 @numba.njit(cache=True, nogil=True)
 def row_adjoints(
-    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, u_before: NDArray[np.float64], r: int, s: int,
-    A: NDArray[np.float64], g_bar: NDArray[np.float64], d_bar: NDArray[np.float64], a_bar:
-    NDArray[np.float64],
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, r: int, s: int, A: NDArray[np.float64],
+    g_bar: NDArray[np.float64], d_bar: NDArray[np.float64], a_bar: NDArray[np.float64],
     w_bar: NDArray[np.float64],
 ) -> None:
     """Step ``s`` of round ``r`` for every row of ``A`` (its margins entering the round, (n, K)):
     add to ``w_bar`` (B, n) the adjoint of the row's weight through its leaf sums and to ``a_bar``
     (B, n, K) that of its margins, from the step's sum adjoints ``g_bar``, ``d_bar`` (as
-    :func:`leaf_adjoints` leaves them)."""
+    :func:`leaf_adjoints` leaves them; a one-output model's from ``g_bar`` and the steps'
+    :func:`.common.step_ratio`, see :func:`cached_row_adjoints1`)."""
     B = g_bar.shape[0]
     n, K = A.shape
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     rs0 = lay.sl_off[lay.step_ptr[t0]]
+    u_before = sums.u_before
     if K == 1:
-        _row_adjoints1(lay, trees, rows, loss, u_before, t0, t1, s, rs0, A, np.empty((0, 0, 1)), -1, g_bar,
-                       d_bar, a_bar, w_bar)
+        _row_adjoints1(lay, trees, rows, loss, sums, t0, t1, s, rs0, A, np.empty((0, 0, 1)), -1, g_bar, a_bar,
+                       w_bar)
         return
     z = np.empty(loss.zsize)
     g = np.empty(K)
@@ -199,15 +202,19 @@ def row_adjoints(
 
 @_internal
 def _row_adjoints1(
-    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, u_before: NDArray[np.float64], t0: int, t1: int,
-    s: int, rs0: int, A: NDArray[np.float64], DER: NDArray[np.float64], q: int, g_bar: NDArray[np.float64],
-    d_bar: NDArray[np.float64], a_bar: NDArray[np.float64], w_bar: NDArray[np.float64],
+    lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, t0: int, t1: int, s: int, rs0: int,
+    A: NDArray[np.float64], DER: NDArray[np.float64], q: int, g_bar: NDArray[np.float64],
+    a_bar: NDArray[np.float64], w_bar: NDArray[np.float64],
 ) -> None:
     """:func:`row_adjoints` of a one-output model (trees ``t0 .. t1 - 1`` of the round), with the
     loss derivatives as scalars: the rows' derivatives are computed once, at the points the
-    replay kept in slot ``q`` of the cache ``DER`` (-1: at the margins), then
-    :func:`cached_row_adjoints1` runs."""
+    replay kept in slot ``q`` of the cache ``DER`` (-1: at the margins), and the round's step
+    ratios, then :func:`cached_row_adjoints1` runs."""
     n = A.shape[0]
+    u_before = sums.u_before
+    ratio = np.empty(lay.sl_off[lay.step_ptr[t1]] - rs0)  # each slot's step_ratio, from the round's first
+    for k in range(ratio.shape[0]):
+        ratio[k] = step_ratio(sums.RG[rs0 + k], sums.RD[rs0 + k])
     prm = params4(loss.prm)
     der = np.empty((n, 4))  # g, h, w dg/dm, w dh/dm of each row
     for j in range(n):
@@ -220,18 +227,21 @@ def _row_adjoints1(
             z0, z1 = point1(loss.code, prm, m)
         der[j, 0], der[j, 1], der[j, 2], der[j, 3] = step_derivs1(loss.code, prm, rows.y[j, 0], rows.w[j], z0,
                                                                   z1)
-    cached_row_adjoints1(lay, trees, t0, t1, s, rs0, der, g_bar, d_bar, a_bar, w_bar)
+    cached_row_adjoints1(lay, trees, t0, t1, s, rs0, der, g_bar, ratio, a_bar, w_bar)
 
 
 @_internal
 def cached_row_adjoints1(
     lay: Layout, trees: Trees, t0: int, t1: int, s: int, rs0: int, der: NDArray[np.float64],
-    g_bar: NDArray[np.float64], d_bar: NDArray[np.float64], a_bar: NDArray[np.float64], w_bar:
+    g_bar: NDArray[np.float64], ratio: NDArray[np.float64], a_bar: NDArray[np.float64], w_bar:
     NDArray[np.float64],
 ) -> None:
     """:func:`row_adjoints` of a one-output model from the rows' derivatives at the step, ``der``
-    (n, 4): g, h (floored), w dg/dm, w dh/dm. Each objective runs over the rows in order (its rows
-    of ``w_bar`` and ``a_bar`` are contiguous; objective-inner order strides by n)."""
+    (n, 4): g, h (floored), w dg/dm, w dh/dm, and the steps' :func:`.common.step_ratio` (by slot,
+    as ``g_bar``): each tree's term is its ``g_bar`` times the row's :func:`.common.row_factors`
+    (the adjoint of H + lam, ``d_bar``, is ``g_bar`` times the ratio). Each objective runs over the
+    rows in order (its rows of ``w_bar`` and ``a_bar`` are contiguous; objective-inner order
+    strides by n)."""
     n = der.shape[0]
     first = np.empty(t1 - t0, dtype=np.int64)  # each tree's first slot of the step, in g_bar
     newton = np.empty(t1 - t0, dtype=np.bool_)
@@ -241,21 +251,15 @@ def cached_row_adjoints1(
     leaf = lay.leaf
     for b in range(g_bar.shape[0]):
         for j in range(n):
-            beta = 0.0
-            gamma = 0.0
             acc = 0.0
+            beta = 0.0
             for q in range(t1 - t0):
                 k = first[q] + leaf[t0 + q, j]
-                gb = g_bar[b, k]
-                dd = d_bar[b, k]
-                beta += gb
-                if newton[q]:
-                    gamma += dd
-                    acc += gb * der[j, 0] + dd * der[j, 1]
-                else:
-                    acc += gb * der[j, 0] + dd
+                fw, fm = row_factors(der[j, 0], der[j, 1], der[j, 2], der[j, 3], ratio[k], newton[q])
+                acc += g_bar[b, k] * fw
+                beta += g_bar[b, k] * fm
             w_bar[b, j] += acc
-            a_bar[b, j, 0] += beta * der[j, 2] + gamma * der[j, 3]
+            a_bar[b, j, 0] += beta
 
 
 @_internal
@@ -271,10 +275,10 @@ def reverse_round(
     for s in range(trees.n_steps[t0]):
         q = cache.der_slot[lay.step_ptr[t0] + s]
         if q >= 0:  # at the points the replay kept of this step
-            _row_adjoints1(lay, trees, rows, loss, sums.u_before, t0, t1, s, lay.sl_off[lay.step_ptr[t0]], A,
-                           cache.DER, q, g_bar, d_bar, a_bar, w_bar)
+            _row_adjoints1(lay, trees, rows, loss, sums, t0, t1, s, lay.sl_off[lay.step_ptr[t0]], A,
+                           cache.DER, q, g_bar, a_bar, w_bar)
         else:
-            row_adjoints(lay, trees, rows, loss, sums.u_before, r, s, A, g_bar, d_bar, a_bar, w_bar)
+            row_adjoints(lay, trees, rows, loss, sums, r, s, A, g_bar, d_bar, a_bar, w_bar)
 
 
 # ----------------------------------------------------------------------------------------------

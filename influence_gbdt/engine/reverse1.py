@@ -16,6 +16,10 @@ and the passes over the rows:
   memory (each row's starting on a cache line: see :data:`LINE`);
 - a round's row update and the next round's leaf gather are one pass over the rows, split over
   the team by chunks; one thread does each round's leaf level between two barriers;
+- a row's terms of a step are the step's adjoint of G (one number per leaf and objective) times
+  the row's two factors (:func:`.common.row_factors`, once per row, from the step's
+  :func:`.common.step_ratio`): one product per row, step and objective for each of the margin and
+  weight adjoints, where the adjoints of G and of H + lam took two;
 - for more than :data:`DEFER_ABOVE` objectives of a model whose rounds are one cached log-loss
   Newton step each, the weight adjoints are summed after the sweep (where memory allows), block of
   rows by block of rows over all rounds, from the leaf-sum adjoints of every step, kept as
@@ -27,11 +31,11 @@ subtraction from the final ones, as the general sweep does. :func:`applies` says
 batches it takes.
 
 Zeros: the general sweep adds ``0.0 +`` to a step's leaf-sum adjoints and to each term of a row's
-weight adjoint, turning a -0.0 into +0.0. Here the leaf level stores the adjoints so (``GT``,
-``DT``), and the rows' loops add the terms as they are: a row's adjoint sums start at +0.0 and,
-rounding to nearest, a sum is -0.0 only when both its terms are, so they never are, and adding
--0.0 or +0.0 to them gives the same value. The same numbers, three additions fewer per row, step
-and objective.
+adjoints, turning a -0.0 into +0.0. Here the leaf level stores the adjoints so (``GT``), and the
+rows' loops add the terms as they are: a row's adjoint sums start at +0.0 and, rounding to
+nearest, a sum is -0.0 only when both its terms are, so they never are, and adding -0.0 or +0.0
+to them gives the same value. The same numbers, two additions fewer per row, step and
+objective.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from .. import _jit as numba
 from ..losses import LOGLOSS, Params4, params4, point1, step_derivs1, step_logloss, step_logloss_at
 from . import renewed as renewed_rule
 from . import team
-from .common import add_chunk_sums, kept_point, per_row, start_leaf_sums
+from .common import add_chunk_sums, kept_point, per_row, row_factors, start_leaf_sums, step_ratio
 from .indexing import INDEX
 from .plain import leaf_adjoints
 from .state import (
@@ -65,7 +69,7 @@ from .team import CHUNK_ROWS, barrier, n_chunks, own_rows, rows_team
 
 _internal = numba.njit(cache=True, nogil=True, internal=True)
 
-#: Most memory (bytes) the kept leaf-sum adjoints of every step may take (``16 * n_slots * B``), in
+#: Most memory (bytes) the kept leaf-sum adjoints of every step may take (``8 * n_slots * B``), in
 #: all the sweeps that run at once.
 KEPT_BYTES = 256e6
 
@@ -80,7 +84,7 @@ class Work(NamedTuple):
     big_w_bar: NDArray[np.float64]  # (B,) the l2 term's share: the result
     PT: NDArray[np.float64]  # (chunks, most leaves of a round, B) each chunk's leaf sums
     GT: NDArray[np.float64]  # (n_slots, B) every step's leaf-sum adjoints of G
-    DT: NDArray[np.float64]  # (n_slots, B) and of H + lam
+    ratio: NDArray[np.float64]  # (n_slots,) each step-leaf slot's step_ratio (that of H + lam: GT times it)
     u_bar: NDArray[np.float64]  # (B, most leaves of a round) the leaf level's
     g_bar: NDArray[np.float64]  # (B, most slots of a round)
     d_bar: NDArray[np.float64]  # (B, most slots of a round)
@@ -107,6 +111,7 @@ def widest(most: int) -> int:
     """The most objectives a batch may hold when its padded width (:func:`padded`) may be at
     most ``most``."""
     return most if most < 8 else most // 8 * 8
+
 
 
 def _lined(shape: tuple[int, ...], zero: bool = True) -> NDArray[np.float64]:
@@ -147,7 +152,7 @@ def _leaf_major(trees_in_round: int, B: int) -> bool:
 
 @per_row
 def _slot_row(k: int, L: int, S: int, leaf_major: bool) -> int:
-    """The row of ``GT`` / ``DT`` (from the round's first) of the round's step-leaf slot ``k`` (step
+    """The row of ``GT`` (from the round's first) of the round's step-leaf slot ``k`` (step
     ``k // L``, leaf ``k % L`` of a round of ``L`` leaves and ``S`` steps; see
     :func:`_leaf_major`)."""
     return (k % L) * S + k // L if leaf_major else k
@@ -157,9 +162,10 @@ def _slot_row(k: int, L: int, S: int, leaf_major: bool) -> int:
 def _leaf_level(lay: Layout, trees: Trees, sums: Sums, r: int, n: int, c_leaf: NDArray[np.float64],
                 work: Work, defer: bool) -> None:
     """Round ``r``'s leaf level, by one thread: its leaves' adjoints (the chunks' sums in chunk
-    order), through its steps (:func:`.plain.leaf_adjoints`) to its leaf-sum adjoints in
-    ``work.GT``, ``work.DT`` (kept for every step if ``defer``, else the round's from row 0); then
-    round ``r - 1``'s sums started. (A renewed round's: :func:`_renewed_level`.)"""
+    order), through its steps (:func:`.plain.leaf_adjoints`) to its leaf-sum adjoints of G in
+    ``work.GT`` (kept for every step if ``defer``, else the round's from row 0) and its slots'
+    ratios in ``work.ratio`` (by slot, kept); then round ``r - 1``'s sums started. (A renewed
+    round's: :func:`_renewed_level`.)"""
     PT, u_bar = work.PT, work.u_bar
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     n_round = lay.leaf_off[t1] - lay.leaf_off[t0]
@@ -173,7 +179,7 @@ def _leaf_level(lay: Layout, trees: Trees, sums: Sums, r: int, n: int, c_leaf: N
         row = o + _slot_row(k, n_round, S, _leaf_major(t1 - t0, B))
         for b in range(B):
             work.GT[row, b] = 0.0 + work.g_bar[b, k]  # see the module's note on zeros
-            work.DT[row, b] = 0.0 + work.d_bar[b, k]
+        work.ratio[rs0 + k] = step_ratio(sums.RG[rs0 + k], sums.RD[rs0 + k])
     if r > 0:
         start_leaf_sums(lay, r - 1, c_leaf, PT)
 
@@ -196,19 +202,20 @@ def _renewed_level(lay: Layout, trees: Trees, rows: Rows, sums: Sums, ren: Renew
 @_internal
 def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per row costs more than its arithmetic
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, r: int, every: bool,
-    A: NDArray[np.float64], j0: int, j1: int, GT: NDArray[np.float64], DT: NDArray[np.float64], base: int,
-    aT: NDArray[np.float64], with_margins: bool, W: NDArray[np.float64], with_weights: bool,
+    A: NDArray[np.float64], j0: int, j1: int, GT: NDArray[np.float64], ratio: NDArray[np.float64],
+    base: int, aT: NDArray[np.float64], with_margins: bool, W: NDArray[np.float64], with_weights: bool,
     PT: NDArray[np.float64], gather: bool,
 ) -> None:
-    """Rows ``j0 .. j1 - 1`` through round ``r``'s row level, from its steps' leaf-sum adjoints
-    ``GT``, ``DT`` (step-leaf slot - ``base``, B): each row's margin adjoints ``aT[j]`` (B,) if
-    ``with_margins``, its weight adjoints ``W[j - j0]`` (B,) if ``with_weights`` (one of them
-    alone only for the rounds :func:`_logloss_batch` takes: the weights are summed after the sweep
-    only for models whose rounds are all such, see :func:`_weights_in_fours`), then (if
-    ``gather``) its margin adjoints into round ``r - 1``'s leaves, the sums of its chunk ``PT[j //
-    CHUNK_ROWS]`` (leaves of the round, B). ``A`` (j1 - j0, 1) holds the rows' margins leaving
-    round ``r`` unless ``every`` step is cached, and those entering it on return. The sums run in
-    the order of :func:`.plain.cached_row_adjoints1` (each row's steps in order) and each chunk's
+    """Rows ``j0 .. j1 - 1`` through round ``r``'s row level, from its steps' leaf-sum adjoints of
+    G ``GT`` (step-leaf slot - ``base``, B) and the slots' ``ratio`` (by slot): each row's margin
+    adjoints ``aT[j]`` (B,) if ``with_margins``, its weight adjoints ``W[j - j0]`` (B,) if
+    ``with_weights`` (one of them alone only for the rounds :func:`_logloss_batch` takes: the
+    weights are summed after the sweep only for models whose rounds are all such, see
+    :func:`_weights_in_fours`), then (if ``gather``) its margin adjoints into round ``r - 1``'s
+    leaves, the sums of its chunk ``PT[j // CHUNK_ROWS]`` (leaves of the round, B). ``A`` (j1 - j0,
+    1) holds the rows' margins leaving round ``r`` unless ``every`` step is cached, and those
+    entering it on return. The sums run in the order of :func:`.plain.cached_row_adjoints1`
+    (each row's steps in order, a row's terms from :func:`.common.row_factors`) and each chunk's
     leaf sums over its rows in order."""
     t0, t1 = lay.round_ptr[r], lay.round_ptr[r + 1]
     first, qs = _round_steps(lay, trees, cache, r)
@@ -222,13 +229,14 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
     p4 = params4(prm)  # a call per row given an array would count references to it
     g0, g1 = (lay.round_ptr[r - 1], t0) if gather else (t0, t0)
     grl0 = leaf_off[g0]
+    f = first[0, 0]
     if every and _logloss_round(lay, trees, loss, r) and g1 - g0 <= 1:  # see _logloss_batch
-        _logloss_batch(p4, y, w, DER[qs[0]], leaf[t0], first[0, 0] - base, GT, DT, aT, with_margins, W,
+        _logloss_batch(p4, y, w, DER[qs[0]], leaf[t0], f - base, GT, ratio[f:], aT, with_margins, W,
                        with_weights, j0, j1, leaf[g0], PT)
         return
     if every and single and S == 1 and g1 - g0 <= 1:  # see _step_batch
-        _step_batch(code, p4, y, w, DER[qs[0]], leaf[t0], first[0, 0] - base, GT, DT, newton[0], aT, W, j0,
-                    j1, leaf[g0], PT)
+        _step_batch(code, p4, y, w, DER[qs[0]], leaf[t0], f - base, GT, ratio[f:], newton[0], aT, W, j0, j1,
+                    leaf[g0], PT)
         return
     for j in range(j0, j1):
         jj = j - j0
@@ -244,34 +252,30 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
                 for t in range(t0, t1):
                     m += u_before[first[s, t - t0] + leaf[t, j]]
                 z0, z1 = point1(code, p4, m)
+            g, h, wdg, wdh = step_derivs1(code, p4, y[j, 0], w[j], z0, z1)
             if single:  # the batch's loops are plain arithmetic on contiguous memory
-                k = first[0, 0] - base + leaf[t0, j] * S_all + s if lm else first[s, 0] - base + leaf[t0, j]
-                g, h, wdg, wdh = step_derivs1(code, p4, y[j, 0], w[j], z0, z1)
+                sl = first[s, 0] + leaf[t0, j]
+                k = f - base + leaf[t0, j] * S_all + s if lm else sl - base
+                fw, fm = row_factors(g, h, wdg, wdh, ratio[sl], newton[0])
                 # (written out: an inlined function given the arrays counted references to them at
                 # each row and step, atomically: measured 2.9x slower, CatBoost's default with two
                 # objectives)
                 for b in range(B):  # each adjoint read once for the two
-                    gb, dd = GT[k, b], DT[k, b]
-                    aT[j, b] += gb * wdg + (dd if newton[0] else 0.0) * wdh
-                    W[jj, b] += gb * g + (dd * h if newton[0] else dd)
-                continue
-            g, h, wdg, wdh = step_derivs1(code, p4, y[j, 0], w[j], z0, z1)
-            for b in range(B):
-                beta = 0.0
-                gamma = 0.0
-                acc = 0.0
-                for t in range(t0, t1):
-                    k = first[s, t - t0] - base + leaf[t, j]
                     gb = GT[k, b]
-                    dd = DT[k, b]
-                    beta += gb
-                    if newton[t - t0]:
-                        gamma += dd
-                        acc += gb * g + dd * h
-                    else:
-                        acc += gb * g + dd
+                    aT[j, b] += gb * fm
+                    W[jj, b] += gb * fw
+                continue
+            for b in range(B):
+                acc = 0.0
+                beta = 0.0
+                for t in range(t0, t1):
+                    sl = first[s, t - t0] + leaf[t, j]
+                    fw, fm = row_factors(g, h, wdg, wdh, ratio[sl], newton[t - t0])
+                    gb = GT[sl - base, b]
+                    acc += gb * fw
+                    beta += gb * fm
                 W[jj, b] += acc
-                aT[j, b] += beta * wdg + gamma * wdh
+                aT[j, b] += beta
         c = j // CHUNK_ROWS
         for t in range(g0, g1):
             gl = leaf_off[t] - grl0 + leaf[t, j]
@@ -291,56 +295,57 @@ def _logloss_round(lay: Layout, trees: Trees, loss: LossSpec, r: int) -> bool:
 @_internal
 def _logloss_batch(
     p4: Params4, y: NDArray[np.float64], w: NDArray[np.float64], kept: NDArray[np.float64],
-    leaf_t: NDArray[np.int32], k0: int, GT: NDArray[np.float64], DT: NDArray[np.float64],
+    leaf_t: NDArray[np.int32], k0: int, GT: NDArray[np.float64], ratio: NDArray[np.float64],
     aT: NDArray[np.float64], with_margins: bool, W: NDArray[np.float64], with_weights: bool, j0: int, j1: int,
     leaf_next: NDArray[np.int32], PT: NDArray[np.float64],
 ) -> None:
     """:func:`_row_pass` for a log-loss round of one tree (leaves ``leaf_t``; its step-leaf slots
-    are rows ``k0 ..`` of ``GT``, ``DT``) and one Newton step whose points (p, 1 - p) the cache
-    keeps (``kept`` (n, 2)): the margin adjoints ``aT[j]`` (B,) (:func:`_logloss_margins`) and the
-    weight adjoints ``W[j - j0]`` (B,), both in one pass where both are asked for
-    (:func:`_step_batch`), the same sums in the same order, in loops with no call per row
-    (LightGBM's and XGBoost's binary defaults where every step is cached). Measured
+    are rows ``k0 ..`` of ``GT``, their ratios ``ratio`` by leaf) and one Newton step whose points
+    (p, 1 - p) the cache keeps (``kept`` (n, 2)): the margin adjoints ``aT[j]`` (B,)
+    (:func:`_logloss_margins`) and the weight adjoints ``W[j - j0]`` (B,), both in one pass where
+    both are asked for (:func:`_step_batch`), the same sums in the same order, in loops with no
+    call per row (LightGBM's and XGBoost's binary defaults where every step is cached). Measured
     on Adult's LightGBM default, 100 test points on two threads: 0.163-0.175 -> 0.118-0.120 s. Kept
     to log loss with Newton steps: variants for every loss (a call in the loop, or the derivatives
     computed in a loop of their own first) ran 0.127-0.134 s and compiled ~2 s longer where the
     wheel's kernels cannot be used (the first use of a binary model there, ~24 s; see
     docs/performance.md)."""
     if with_margins and with_weights:  # each row's point, leaf and step adjoints read once for both
-        _step_batch(LOGLOSS, p4, y, w, kept, leaf_t, k0, GT, DT, True, aT, W, j0, j1, leaf_next, PT)
+        _step_batch(LOGLOSS, p4, y, w, kept, leaf_t, k0, GT, ratio, True, aT, W, j0, j1, leaf_next, PT)
     elif with_margins:
-        _logloss_margins(p4, y, w, kept, leaf_t, k0, GT, DT, aT, j0, j1, leaf_next, PT)
+        _logloss_margins(p4, y, w, kept, leaf_t, k0, GT, ratio, aT, j0, j1, leaf_next, PT)
     elif with_weights:
         for j in range(j0, j1):
-            g, h, _, _ = step_logloss(p4, y[j, 0], w[j], kept[j, 0], kept[j, 1])
+            g, h, wdg, wdh = step_logloss(p4, y[j, 0], w[j], kept[j, 0], kept[j, 1])
+            fw, _ = row_factors(g, h, wdg, wdh, ratio[leaf_t[j]], True)
             k = k0 + leaf_t[j]
             jj = j - j0
             for b in range(GT.shape[1]):
-                W[jj, b] += GT[k, b] * g + DT[k, b] * h
+                W[jj, b] += GT[k, b] * fw
 
 
 @_internal
 def _step_batch(
     code: int, p4: Params4, y: NDArray[np.float64], w: NDArray[np.float64], kept: NDArray[np.float64],
-    leaf_t: NDArray[np.int32], k0: int, GT: NDArray[np.float64], DT: NDArray[np.float64], newton: bool,
+    leaf_t: NDArray[np.int32], k0: int, GT: NDArray[np.float64], ratio: NDArray[np.float64], newton: bool,
     aT: NDArray[np.float64], W: NDArray[np.float64], j0: int, j1: int, leaf_next: NDArray[np.int32],
     PT: NDArray[np.float64],
 ) -> None:
     """:func:`_row_pass`, margins and weights, for a round of one tree (leaves ``leaf_t``; its
-    step-leaf slots are rows ``k0 ..`` of ``GT``, ``DT``) taking one step whose points the cache
-    keeps (``kept`` (n, point size)), any loss, Newton or gradient (squared error, the regressors'
-    default, among them; log loss's from :func:`_logloss_batch`): the general loop's sums in the
-    same order, in one pass over the rows. Measured on Adult (two threads, best of 7, two
-    alternating runs, with the weights summed after the sweep before): LightGBM's default
-    regressor, 4 test points 93-134 -> 30-47 ms, 16: 144-157 -> 42-66 ms; XGBoost's, 4: 141-151 ->
-    40-45 ms; CatBoost's (one run), 8: 1.40 -> 0.44 s. LightGBM's default classifier, two test
-    points on one thread, four alternating runs: 39.7-45.7 -> 31.9-33.0 ms, through a log-loss
-    loop of its own; this one, six alternating runs against it, best 37.3 against 32.7 ms for two
-    points, 45.4 against 38.9 for four, medians 2-6% apart, within each version's own +-30%.
-    Rows counted from ``j0`` over sliced arrays, leaves ``& INDEX`` (:mod:`.indexing`; stop 65,
-    two threads, best of 9 in two alternating runs: LightGBM's default classifier, 2 / 4 / 8 test
-    points 16.4 / 19.2 / 26.4 -> 14.6 / 16.2 / 22.4 ms; its default regressor 15.2 / 18.0 / 24.7
-    -> 12.6 / 14.6 / 20.8 ms)."""
+    step-leaf slots are rows ``k0 ..`` of ``GT``, their ratios ``ratio`` by leaf) taking one step
+    whose points the cache keeps (``kept`` (n, point size)), any loss, Newton or gradient (squared
+    error, the regressors' default, among them; log loss's from :func:`_logloss_batch`): the
+    general loop's sums in the same order, in one pass over the rows. Measured on Adult (two
+    threads, best of 7, two alternating runs, with the weights summed after the sweep before):
+    LightGBM's default regressor, 4 test points 93-134 -> 30-47 ms, 16: 144-157 -> 42-66 ms;
+    XGBoost's, 4: 141-151 -> 40-45 ms; CatBoost's (one run), 8: 1.40 -> 0.44 s. LightGBM's default
+    classifier, two test points on one thread, four alternating runs: 39.7-45.7 -> 31.9-33.0 ms,
+    through a log-loss loop of its own; this one, six alternating runs against it, best 37.3
+    against 32.7 ms for two points, 45.4 against 38.9 for four, medians 2-6% apart, within each
+    version's own +-30%. Rows counted from ``j0`` over sliced arrays, leaves ``& INDEX``
+    (:mod:`.indexing`; stop 65, two threads, best of 9 in two alternating runs: LightGBM's default
+    classifier, 2 / 4 / 8 test points 16.4 / 19.2 / 26.4 -> 14.6 / 16.2 / 22.4 ms; its default
+    regressor 15.2 / 18.0 / 24.7 -> 12.6 / 14.6 / 20.8 ms)."""
     B = GT.shape[1]
     y, w, kept, leaf_t, leaf_next = y[j0:j1], w[j0:j1], kept[j0:j1], leaf_t[j0:j1], leaf_next[j0:j1]
     a_rows = aT[j0:j1]
@@ -348,21 +353,23 @@ def _step_batch(
     for i in range(j1 - j0):
         z0, z1 = kept[i, 0], (kept[i, 1] if two else 0.0)
         g, h, wdg, wdh = step_derivs1(code, p4, y[i, 0], w[i], z0, z1)
-        k = (k0 + leaf_t[i]) & INDEX
+        lf = leaf_t[i] & INDEX
+        fw, fm = row_factors(g, h, wdg, wdh, ratio[lf], newton)
+        k = (k0 + lf) & INDEX
         c = ((j0 + i) // CHUNK_ROWS) & INDEX
         gl = leaf_next[i] & INDEX
         for b in range(B):
-            gb, dd = GT[k, b], DT[k, b]
-            a = a_rows[i, b] + (gb * wdg + (dd if newton else 0.0) * wdh)
+            gb = GT[k, b]
+            a = a_rows[i, b] + gb * fm
             a_rows[i, b] = a
             PT[c, gl, b] += a
-            W[i, b] += gb * g + (dd * h if newton else dd)
+            W[i, b] += gb * fw
 
 
 @_internal
 def _logloss_margins(
     p4: Params4, y: NDArray[np.float64], w: NDArray[np.float64], kept: NDArray[np.float64],
-    leaf_t: NDArray[np.int32], k0: int, GT: NDArray[np.float64], DT: NDArray[np.float64],
+    leaf_t: NDArray[np.int32], k0: int, GT: NDArray[np.float64], ratio: NDArray[np.float64],
     aT: NDArray[np.float64], j0: int, j1: int, leaf_next: NDArray[np.int32], PT: NDArray[np.float64],
 ) -> None:
     """:func:`_logloss_batch`'s margin adjoints ``aT[j]`` (B,), each gathered in the same loop
@@ -378,12 +385,14 @@ def _logloss_margins(
     y, w, kept, leaf_t, leaf_next = y[j0:j1], w[j0:j1], kept[j0:j1], leaf_t[j0:j1], leaf_next[j0:j1]
     a_rows = aT[j0:j1]
     for i in range(j1 - j0):
-        _, _, wdg, wdh = step_logloss(p4, y[i, 0], w[i], kept[i, 0], kept[i, 1])
-        k = (k0 + leaf_t[i]) & INDEX
+        g, h, wdg, wdh = step_logloss(p4, y[i, 0], w[i], kept[i, 0], kept[i, 1])
+        lf = leaf_t[i] & INDEX
+        _, fm = row_factors(g, h, wdg, wdh, ratio[lf], True)
+        k = (k0 + lf) & INDEX
         c = ((j0 + i) // CHUNK_ROWS) & INDEX
         gl = leaf_next[i] & INDEX
         for b in range(B):
-            a = a_rows[i, b] + (GT[k, b] * wdg + DT[k, b] * wdh)
+            a = a_rows[i, b] + GT[k, b] * fm
             a_rows[i, b] = a
             PT[c, gl, b] += a
 
@@ -391,7 +400,7 @@ def _logloss_margins(
 @_internal
 def _row_pass_one(
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, cache: Cache, r: int,
-    A: NDArray[np.float64] | None, j0: int, j1: int, GT: NDArray[np.float64], DT: NDArray[np.float64],
+    A: NDArray[np.float64] | None, j0: int, j1: int, GT: NDArray[np.float64], ratio: NDArray[np.float64],
     base: int, aT: NDArray[np.float64], W: NDArray[np.float64], PT: NDArray[np.float64], gather: bool,
 ) -> None:
     """:func:`_row_pass` (margins and weights) for one objective and a round of one tree (the
@@ -413,7 +422,7 @@ def _row_pass_one(
     # thread: 16.2 -> 13.2 ms; the strides had kept the loop's values from fitting in registers).
     n = aT.shape[0]
     y, a_bar, w_bar = rows.y.reshape(n), aT.reshape(n), W.reshape(W.shape[0])
-    GT, DT = GT.reshape(GT.shape[0]), DT.reshape(DT.shape[0])
+    GT = GT.reshape(GT.shape[0])
     sums_c = PT.reshape(PT.shape[0], PT.shape[1])
     code, w = loss.code, rows.w
     p4 = params4(loss.prm)  # a call per row given an array would count references to it
@@ -422,9 +431,9 @@ def _row_pass_one(
     if A is None:
         if qs.shape[0] == 1 and code == LOGLOSS:  # every log loss default of LightGBM and XGBoost
             # (called here, not from the loop below: measured 1.07x faster)
-            f0 = first[0, 0] - base
-            _kept_logloss(p4, y, w, DER[qs[0]], leaves, nexts, GT[f0:], DT[f0:], newton, a_bar, w_bar, sums_c,
-                          j0, j1, gather)
+            f0 = first[0, 0]
+            _kept_logloss(p4, y, w, DER[qs[0]], leaves, nexts, GT[f0 - base :], ratio[f0:], newton, a_bar,
+                          w_bar, sums_c, j0, j1, gather)
             return
     else:  # the margins entering the round, for the steps not cached
         a_in = A[j0:j1].reshape(j1 - j0)
@@ -434,14 +443,14 @@ def _row_pass_one(
     S = qs.shape[0]
     for s in range(S):
         f, q = first[s, 0], qs[s]
-        gt, dt, u, last = GT[f - base :], DT[f - base :], sums.u_before[f:], gather and s == S - 1
+        gt, rt, u, last = GT[f - base :], ratio[f:], sums.u_before[f:], gather and s == S - 1
         if code != LOGLOSS:
-            _any_step(code, p4, y, w, DER, q, A, u, leaves, nexts, gt, dt, newton, a_bar, w_bar, sums_c,
+            _any_step(code, p4, y, w, DER, q, A, u, leaves, nexts, gt, rt, newton, a_bar, w_bar, sums_c,
                       j0, j1, last)
         elif A is None or q >= 0:
-            _kept_logloss(p4, y, w, DER[q], leaves, nexts, gt, dt, newton, a_bar, w_bar, sums_c, j0, j1, last)
+            _kept_logloss(p4, y, w, DER[q], leaves, nexts, gt, rt, newton, a_bar, w_bar, sums_c, j0, j1, last)
         else:
-            _margin_logloss(p4, y, w, a_in, u, leaves, nexts, gt, dt, newton, a_bar, w_bar, sums_c, j0, j1,
+            _margin_logloss(p4, y, w, a_in, u, leaves, nexts, gt, rt, newton, a_bar, w_bar, sums_c, j0, j1,
                             last)
 
 
@@ -450,17 +459,17 @@ def _row_pass_one(
 # calls). Arguments: ``y``, ``w`` (n,) the rows' labels and weights; their points at the step kept
 # in ``kept`` (n, point size) (the cache's slot), or at the margins ``A`` (j1 - j0,) entering the
 # round plus the step's in-tree moves ``u`` by leaf; ``leaf``, ``leaf_next`` (n,) each row's leaf
-# in the round's tree and in the next round's (the one swept after it); ``gt``, ``dt`` the step's
-# leaf-sum adjoints of G and H + lam by leaf; ``a_bar`` (n,) the rows' margin adjoints, ``w_bar``
-# (j1 - j0,) their weight adjoints, each updated (:func:`_row_step`); ``PT`` (chunks, leaves) the
-# chunks' leaf sums, gathered into if ``gather``. Each loop counts its rows from 0 over the arrays
-# sliced from row ``j0`` (see :data:`.indexing.INDEX`).
+# in the round's tree and in the next round's (the one swept after it); ``gt`` the step's leaf-sum
+# adjoints of G, ``rt`` its ratios (:func:`.common.step_ratio`), by leaf; ``a_bar`` (n,) the rows'
+# margin adjoints, ``w_bar`` (j1 - j0,) their weight adjoints, each updated (:func:`_row_step`);
+# ``PT`` (chunks, leaves) the chunks' leaf sums, gathered into if ``gather``. Each loop counts its
+# rows from 0 over the arrays sliced from row ``j0`` (see :data:`.indexing.INDEX`).
 
 
 @_internal
 def _kept_logloss(
     p4: Params4, y: NDArray[np.float64], w: NDArray[np.float64], kept: NDArray[np.float64],
-    leaf: NDArray[np.int32], leaf_next: NDArray[np.int32], gt: NDArray[np.float64], dt: NDArray[np.float64],
+    leaf: NDArray[np.int32], leaf_next: NDArray[np.int32], gt: NDArray[np.float64], rt: NDArray[np.float64],
     newton: bool, a_bar: NDArray[np.float64], w_bar: NDArray[np.float64], PT: NDArray[np.float64], j0: int,
     j1: int, gather: bool,
 ) -> None:
@@ -472,18 +481,18 @@ def _kept_logloss(
     if newton and gather:
         for i in range(j1 - j0):
             g, h, wdg, wdh = step_logloss(p4, y[i], w[i], kept[i, 0], kept[i, 1])
-            _row_step(i, j0, g, h, wdg, wdh, leaf, leaf_next, gt, dt, True, a_bar, w_bar, PT, True)
+            _row_step(i, j0, g, h, wdg, wdh, leaf, leaf_next, gt, rt, True, a_bar, w_bar, PT, True)
     else:
         for i in range(j1 - j0):
             g, h, wdg, wdh = step_logloss(p4, y[i], w[i], kept[i, 0], kept[i, 1])
-            _row_step(i, j0, g, h, wdg, wdh, leaf, leaf_next, gt, dt, newton, a_bar, w_bar, PT, gather)
+            _row_step(i, j0, g, h, wdg, wdh, leaf, leaf_next, gt, rt, newton, a_bar, w_bar, PT, gather)
 
 
 @_internal
 def _margin_logloss(
     p4: Params4, y: NDArray[np.float64], w: NDArray[np.float64], A: NDArray[np.float64],
     u: NDArray[np.float64], leaf: NDArray[np.int32], leaf_next: NDArray[np.int32], gt: NDArray[np.float64],
-    dt: NDArray[np.float64], newton: bool, a_bar: NDArray[np.float64], w_bar: NDArray[np.float64],
+    rt: NDArray[np.float64], newton: bool, a_bar: NDArray[np.float64], w_bar: NDArray[np.float64],
     PT: NDArray[np.float64], j0: int, j1: int, gather: bool,
 ) -> None:
     """Log loss, at the margins (:func:`.point1`'s arithmetic, inlined). Four rows' exponentials
@@ -504,24 +513,24 @@ def _margin_logloss(
         x3 = s * (A[i + 3] + u[leaf[i + 3] & INDEX])
         e0, e1, e2, e3 = math.exp(-abs(x0)), math.exp(-abs(x1)), math.exp(-abs(x2)), math.exp(-abs(x3))
         g, h, wdg, wdh = step_logloss_at(p4, y[i], w[i], x0, e0)
-        _row_step(i, j0, g, h, wdg, wdh, leaf, leaf_next, gt, dt, newton, a_bar, w_bar, PT, gather)
+        _row_step(i, j0, g, h, wdg, wdh, leaf, leaf_next, gt, rt, newton, a_bar, w_bar, PT, gather)
         g, h, wdg, wdh = step_logloss_at(p4, y[i + 1], w[i + 1], x1, e1)
-        _row_step(i + 1, j0, g, h, wdg, wdh, leaf, leaf_next, gt, dt, newton, a_bar, w_bar, PT, gather)
+        _row_step(i + 1, j0, g, h, wdg, wdh, leaf, leaf_next, gt, rt, newton, a_bar, w_bar, PT, gather)
         g, h, wdg, wdh = step_logloss_at(p4, y[i + 2], w[i + 2], x2, e2)
-        _row_step(i + 2, j0, g, h, wdg, wdh, leaf, leaf_next, gt, dt, newton, a_bar, w_bar, PT, gather)
+        _row_step(i + 2, j0, g, h, wdg, wdh, leaf, leaf_next, gt, rt, newton, a_bar, w_bar, PT, gather)
         g, h, wdg, wdh = step_logloss_at(p4, y[i + 3], w[i + 3], x3, e3)
-        _row_step(i + 3, j0, g, h, wdg, wdh, leaf, leaf_next, gt, dt, newton, a_bar, w_bar, PT, gather)
+        _row_step(i + 3, j0, g, h, wdg, wdh, leaf, leaf_next, gt, rt, newton, a_bar, w_bar, PT, gather)
     for i in range(m - m % 4, m):
         x = s * (A[i] + u[leaf[i] & INDEX])
         g, h, wdg, wdh = step_logloss_at(p4, y[i], w[i], x, math.exp(-abs(x)))
-        _row_step(i, j0, g, h, wdg, wdh, leaf, leaf_next, gt, dt, newton, a_bar, w_bar, PT, gather)
+        _row_step(i, j0, g, h, wdg, wdh, leaf, leaf_next, gt, rt, newton, a_bar, w_bar, PT, gather)
 
 
 @_internal
 def _any_step(
     code: int, p4: Params4, y: NDArray[np.float64], w: NDArray[np.float64], DER: NDArray[np.float64], q: int,
     A: NDArray[np.float64] | None, u: NDArray[np.float64], leaf: NDArray[np.int32],
-    leaf_next: NDArray[np.int32], gt: NDArray[np.float64], dt: NDArray[np.float64], newton: bool,
+    leaf_next: NDArray[np.int32], gt: NDArray[np.float64], rt: NDArray[np.float64], newton: bool,
     a_bar: NDArray[np.float64], w_bar: NDArray[np.float64], PT: NDArray[np.float64], j0: int, j1: int,
     gather: bool,
 ) -> None:
@@ -537,13 +546,13 @@ def _any_step(
         else:  # at the row's margin, as plain.row_adjoints computes it
             z0, z1 = point1(code, p4, a_in[i] + u[leaf[i] & INDEX])
         g, h, wdg, wdh = step_derivs1(code, p4, y[i], w[i], z0, z1)
-        _row_step(i, j0, g, h, wdg, wdh, leaf, leaf_next, gt, dt, newton, a_bar, w_bar, PT, gather)
+        _row_step(i, j0, g, h, wdg, wdh, leaf, leaf_next, gt, rt, newton, a_bar, w_bar, PT, gather)
 
 
 @per_row
 def _row_step(
     i: int, j0: int, g: float, h: float, wdg: float, wdh: float, leaf: NDArray[np.int32],
-    leaf_next: NDArray[np.int32], gt: NDArray[np.float64], dt: NDArray[np.float64], newton: bool,
+    leaf_next: NDArray[np.int32], gt: NDArray[np.float64], rt: NDArray[np.float64], newton: bool,
     a_bar: NDArray[np.float64], w_bar: NDArray[np.float64], PT: NDArray[np.float64], gather: bool,
 ) -> None:
     """Row ``j0 + i`` through a leaf step, from its ``g, h, w dg/dm, w dh/dm`` at the step: its
@@ -551,12 +560,9 @@ def _row_step(
     ``PT`` if ``gather`` (``leaf``, ``leaf_next``, ``a_bar``, ``w_bar`` from row ``j0`` on)."""
     k = leaf[i] & INDEX
     gb = gt[k]
-    dd = dt[k]
-    a = a_bar[i] + (gb * wdg + (dd if newton else 0.0) * wdh)
-    if newton:
-        w_bar[i] += gb * g + dd * h
-    else:
-        w_bar[i] += gb * g + dd
+    fw, fm = row_factors(g, h, wdg, wdh, rt[k], newton)
+    a = a_bar[i] + gb * fm
+    w_bar[i] += gb * fw
     a_bar[i] = a
     if gather:
         PT[((j0 + i) // CHUNK_ROWS) & INDEX, leaf_next[i] & INDEX] += a
@@ -568,7 +574,8 @@ def _weights_after(
     work: Work,
 ) -> None:
     """The weight adjoints ``work.w_rows[j_start:j_end]`` (zeros on entry) of a model
-    :func:`_weights_in_fours` takes, from every step's leaf-sum adjoints ``work.GT``, ``work.DT``
+    :func:`_weights_in_fours` takes, from every step's leaf-sum adjoints of G ``work.GT`` and the
+    slots' ``work.ratio``
     (n_slots, B), block of rows by block of rows, rounds last to first (the sweep's order): four
     rounds at a time (:func:`_logloss_weights4`), the first ``R % 4`` rounds one at a time."""
     A = np.empty((0, 1))  # every step cached: no margins read
@@ -584,18 +591,18 @@ def _weights_after(
         r = R - 1
         while r >= 3:
             _logloss_weights4(p4, rows.y, rows.w, cache.DER, lay, tree[r - 3 : r + 1], slot[r - 3 : r + 1],
-                              work.GT, work.DT, W, j0, j1)
+                              work.GT, work.ratio, W, j0, j1)
             r -= 4
         while r >= 0:
-            _row_pass(lay, trees, rows, loss, sums, cache, r, True, A, j0, j1, work.GT, work.DT, 0, work.aT,
-                      False, W, True, work.PT, False)
+            _row_pass(lay, trees, rows, loss, sums, cache, r, True, A, j0, j1, work.GT, work.ratio, 0,
+                      work.aT, False, W, True, work.PT, False)
             r -= 1
 
 
 @_internal
 def _logloss_weights4(
     p4: Params4, y: NDArray[np.float64], w: NDArray[np.float64], DER: NDArray[np.float64], lay: Layout,
-    tree: NDArray[np.int64], slot: NDArray[np.int64], GT: NDArray[np.float64], DT: NDArray[np.float64],
+    tree: NDArray[np.int64], slot: NDArray[np.int64], GT: NDArray[np.float64], ratio: NDArray[np.float64],
     W: NDArray[np.float64], j0: int, j1: int,
 ) -> None:
     """:func:`_logloss_batch`'s weight adjoints ``W[j - j0]`` (B,) of rows ``j0 .. j1 - 1`` for
@@ -612,15 +619,22 @@ def _logloss_weights4(
     y, w, p3, p2, p1, p0 = y[j0:j1], w[j0:j1], p3[j0:j1], p2[j0:j1], p1[j0:j1], p0[j0:j1]
     l3, l2, l1, l0 = l3[j0:j1], l2[j0:j1], l1[j0:j1], l0[j0:j1]
     for jj in range(j1 - j0):
-        ga, ha, _, _ = step_logloss(p4, y[jj, 0], w[jj], p3[jj, 0], p3[jj, 1])
-        gb, hb, _, _ = step_logloss(p4, y[jj, 0], w[jj], p2[jj, 0], p2[jj, 1])
-        gc, hc, _, _ = step_logloss(p4, y[jj, 0], w[jj], p1[jj, 0], p1[jj, 1])
-        gd, hd, _, _ = step_logloss(p4, y[jj, 0], w[jj], p0[jj, 0], p0[jj, 1])
         ka, kb = (f3 + l3[jj]) & INDEX, (f2 + l2[jj]) & INDEX
         kc, kd = (f1 + l1[jj]) & INDEX, (f0 + l0[jj]) & INDEX
+        fa, fb, fc, fd = (_weight_factor(p4, y[jj, 0], w[jj], p3[jj, 0], p3[jj, 1], ratio[ka]),
+                          _weight_factor(p4, y[jj, 0], w[jj], p2[jj, 0], p2[jj, 1], ratio[kb]),
+                          _weight_factor(p4, y[jj, 0], w[jj], p1[jj, 0], p1[jj, 1], ratio[kc]),
+                          _weight_factor(p4, y[jj, 0], w[jj], p0[jj, 0], p0[jj, 1], ratio[kd]))
         for b in range(B):
-            W[jj, b] = ((((W[jj, b] + (GT[ka, b] * ga + DT[ka, b] * ha)) + (GT[kb, b] * gb + DT[kb, b] * hb))
-                         + (GT[kc, b] * gc + DT[kc, b] * hc)) + (GT[kd, b] * gd + DT[kd, b] * hd))
+            W[jj, b] = (((W[jj, b] + GT[ka, b] * fa) + GT[kb, b] * fb) + GT[kc, b] * fc) + GT[kd, b] * fd
+
+
+@per_row
+def _weight_factor(p4: Params4, y: float, w: float, z0: float, z1: float, ratio: float) -> float:
+    """A row's weight factor through a log-loss Newton step at its kept point ``(z0, z1)``
+    (:func:`.common.row_factors`' first)."""
+    g, h, wdg, wdh = step_logloss(p4, y, w, z0, z1)
+    return row_factors(g, h, wdg, wdh, ratio, True)[0]
 
 
 @per_row  # inlined in the three sweeps: no kernel of its own to compile (benchmarks/coldstart.py)
@@ -668,8 +682,8 @@ def sweep(
             _leaf_level(lay, trees, sums, r, n, c_leaf, work, defer)
         barrier(bar, n_team)
         base = 0 if defer else lay.sl_off[lay.step_ptr[lay.round_ptr[r]]]
-        _row_pass(lay, trees, rows, loss, sums, cache, r, every, A, j0, j1, work.GT, work.DT, base, aT, True,
-                  W, not defer, PT, r > 0)
+        _row_pass(lay, trees, rows, loss, sums, cache, r, every, A, j0, j1, work.GT, work.ratio, base, aT,
+                  True, W, not defer, PT, r > 0)
         barrier(bar, n_team)
     if tid == 0:
         _sum_a0(work)
@@ -696,7 +710,7 @@ def sweep_one(
         if tid == 0:
             _leaf_level(lay, trees, sums, r, n, c_leaf, work, False)
         barrier(bar, n_team)
-        _row_pass_one(lay, trees, rows, loss, sums, cache, r, A, j0, j1, work.GT, work.DT,
+        _row_pass_one(lay, trees, rows, loss, sums, cache, r, A, j0, j1, work.GT, work.ratio,
                       lay.sl_off[lay.step_ptr[lay.round_ptr[r]]], work.aT, W, work.PT, r > 0)
         barrier(bar, n_team)
     if tid == 0:
@@ -772,7 +786,7 @@ def reverse(
     most_leaves, most_slots = largest_round(lay)
     n_slots = int(lay.sl_off[-1])
     Bp = padded(B)
-    defer = B > DEFER_ABOVE and _weights_in_fours(st) and n_slots * Bp * 16.0 * concurrent <= KEPT_BYTES
+    defer = B > DEFER_ABOVE and _weights_in_fours(st) and n_slots * Bp * 8.0 * concurrent <= KEPT_BYTES
     renewed = st.renewed is not None  # a renewed round's leaf adjoints go in GT: a row per leaf
     kept = n_slots if defer else max(most_slots, most_leaves if renewed else 0)
     c = _lined((Bp, c_leaf.shape[1]))
@@ -781,7 +795,7 @@ def reverse(
     work = Work(A=A_final[:0] if every else A_final.copy(), aT=_lined((n, Bp), False),
                 w_rows=_lined((n, Bp), False), a0_bar=np.zeros((Bp, 1)), big_w_bar=np.zeros(Bp),
                 PT=_lined((n_chunks(n), most_leaves, Bp)), GT=_lined((kept, Bp), False),
-                DT=_lined((kept, Bp), False), u_bar=np.empty((Bp, most_leaves)),
+                ratio=np.empty(0 if renewed else n_slots), u_bar=np.empty((Bp, most_leaves)),
                 g_bar=np.empty((Bp, most_slots)), d_bar=np.empty((Bp, most_slots)),
                 pivot=np.empty(most_leaves if renewed else 0))
     n_team = rows_team(threads, n)
