@@ -571,7 +571,7 @@ class InfluenceEngine:
         fits = int(REVERSE_BATCH_BYTES / (8.0 * e.n_rows * (e.n_outputs + 1)))
         per_batch = max(1, min(int(chunk_size), fits))
         if reverse1.applies(self._state):  # swept padded: the padded width within the limit too
-            per_batch = reverse1.widest(per_batch)
+            per_batch = reverse1.widest(min(per_batch, reverse1.batch_width(self._state)))
         out = np.empty((idx.size, m))
         teamed = reverse1.applies(self._state) or reverse_multi.applies(self._state)
         whole_team = teamed and team.n_chunks(e.n_rows) >= self.n_threads
