@@ -249,15 +249,20 @@ def cached_row_adjoints1(
         first[t - t0] = lay.sl_off[lay.step_ptr[t] + s] - rs0
         newton[t - t0] = trees.newton[t]
     leaf = lay.leaf
+    fac = np.empty((n, t1 - t0, 2))  # each row's factors through each tree, for every objective
+    for j in range(n):
+        for q in range(t1 - t0):
+            k = first[q] + leaf[t0 + q, j]
+            fac[j, q, 0], fac[j, q, 1] = row_factors(der[j, 0], der[j, 1], der[j, 2], der[j, 3], ratio[k],
+                                                     newton[q])
     for b in range(g_bar.shape[0]):
         for j in range(n):
             acc = 0.0
             beta = 0.0
             for q in range(t1 - t0):
                 k = first[q] + leaf[t0 + q, j]
-                fw, fm = row_factors(der[j, 0], der[j, 1], der[j, 2], der[j, 3], ratio[k], newton[q])
-                acc += g_bar[b, k] * fw
-                beta += g_bar[b, k] * fm
+                acc += g_bar[b, k] * fac[j, q, 0]
+                beta += g_bar[b, k] * fac[j, q, 1]
             w_bar[b, j] += acc
             a_bar[b, j, 0] += beta
 

@@ -249,6 +249,7 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
     g0, g1 = (lay.round_ptr[r - 1], t0) if gather else (t0, t0)
     grl0 = leaf_off[g0]
     f = first[0, 0]
+    fac = np.empty((t1 - t0, 2))  # a row's factors through a round of several trees
     if every and _logloss_round(lay, trees, loss, r) and g1 - g0 <= 1:  # see _logloss_batch
         _logloss_batch(p4, y, w, DER[qs[0]], leaf[t0], f - base, GT, ratio[f:], aT, with_margins, W,
                        with_weights, j0, j1, leaf[g0], PT)
@@ -284,15 +285,16 @@ def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per 
                     aT[j, b] += gb * fm
                     W[jj, b] += gb * fw
                 continue
+            for t in range(t0, t1):  # the row's factors through each tree, for every objective
+                sl = first[s, t - t0] + leaf[t, j]
+                fac[t - t0, 0], fac[t - t0, 1] = row_factors(g, h, wdg, wdh, ratio[sl], newton[t - t0])
             for b in range(B):
                 acc = 0.0
                 beta = 0.0
                 for t in range(t0, t1):
-                    sl = first[s, t - t0] + leaf[t, j]
-                    fw, fm = row_factors(g, h, wdg, wdh, ratio[sl], newton[t - t0])
-                    gb = GT[sl - base, b]
-                    acc += gb * fw
-                    beta += gb * fm
+                    gb = GT[first[s, t - t0] + leaf[t, j] - base, b]
+                    acc += gb * fac[t - t0, 0]
+                    beta += gb * fac[t - t0, 1]
                 W[jj, b] += acc
                 aT[j, b] += beta
         c = j // CHUNK_ROWS
