@@ -73,6 +73,7 @@ from typing import Any
 import numba as _numba
 from llvmlite import binding as _llvm
 from numba.core import caching as _caching
+from numba.core import compiler as _compiler
 from numba.core import event as _event
 from numba.core import types as _types
 from numba.core.registry import cpu_target as _cpu_target
@@ -346,6 +347,16 @@ class KernelCache(_caching.FunctionCache):
         return super().load_overload(sig, target_context)
 
 
+class _DistinctArguments(_compiler.Compiler):
+    """numba's compiler, the function's pointer arguments marked ``noalias`` (:func:`njit`'s
+    ``distinct``)."""
+
+    def __init__(self, typingctx: Any, targetctx: Any, library: Any, args: Any, return_type: Any,
+                 flags: Any, locals: Any) -> None:
+        flags.noalias = True
+        super().__init__(typingctx, targetctx, library, args, return_type, flags, locals)
+
+
 #: Every kernel :func:`njit` made, in the order their modules defined them (the test suite checks
 #: that it compiles no signature of these that the precompiled set lacks).
 KERNELS: list[Any] = []
@@ -358,11 +369,23 @@ def njit(*args: Any, **options: Any) -> Any:
     ``internal=True`` marks a function only compiled code calls: numba then builds no Python (nor C)
     wrapper for it, which a function taking the state's groups costs compile time for (unboxing
     every array of every group), and Python cannot call it (it raises TypeError; numba's own
-    dispatcher would jump to the missing wrapper and crash the process)."""
+    dispatcher would jump to the missing wrapper and crash the process).
+
+    ``distinct=True`` (with ``internal``) compiles the function's pointer arguments as not
+    aliased (LLVM's ``noalias``, numba's ``Flags.noalias``, which numba sets only for its own
+    parallel loops): the compiler then vectorizes a loop over arrays it writes without checking at
+    run time that they do not overlap. The callers' contract: **no two array arguments are views
+    of one array** (not even of disjoint parts: they would share the reference count, and their
+    memory would be reachable through both), so pass a matrix whole with the indices of its rows,
+    not two rows of it. Arguments that are not arrays (numbers, tuples of numbers) are free."""
     if args and callable(args[0]):
         return njit(**options)(args[0])
     cache = bool(options.pop("cache", False))
     internal = bool(options.pop("internal", False))
+    if options.pop("distinct", False):
+        if not internal:
+            raise ValueError("distinct=True is for internal kernels: Python passes whatever arrays it has")
+        options.update(pipeline_class=_DistinctArguments)
     if internal:
         options.update(no_cpython_wrapper=True, no_cfunc_wrapper=True)
 

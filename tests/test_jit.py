@@ -481,3 +481,42 @@ def test_no_compile_notice_silences_the_notice_within_its_block_only(tmp_path: P
     assert int(out.stdout.split("\n")[0]) > 0  # kernels compiled within the block
     before, after = out.stderr.split("-- block left --")
     assert before == "" and after.count("influence-gbdt: compiling its kernels") == 1
+
+
+@pytest.mark.calls_kernels  # kernels of its own, made with the package's njit
+def test_distinct_arrays_reach_the_compiled_code_as_noalias_arguments() -> None:
+    # distinct=True promises the compiler that no two array arguments share memory, so that the
+    # batch's loops vectorize without checking at run time that they do not: the promise must be
+    # in the compiled code (only there, and on every pointer argument), and refused for a kernel
+    # Python could call with any arrays.
+    def add_into(a: np.ndarray, b: np.ndarray) -> None:
+        for i in range(a.shape[0]):
+            a[i] += b[i]
+
+    plain = _jit.njit(internal=True)(add_into)
+    distinct = _jit.njit(internal=True, distinct=True)(add_into)
+
+    @_jit.njit
+    def call_both(a: np.ndarray, b: np.ndarray) -> None:
+        plain(a, b)
+        distinct(a, b)
+
+    a = np.zeros(8)
+    call_both(a, np.arange(8.0))
+    np.testing.assert_array_equal(a, 2 * np.arange(8.0))
+
+    def pointer_arguments(kernel: Any) -> tuple[int, int]:
+        """(pointer arguments marked noalias, all pointer arguments) of the array arguments."""
+        (compiled,) = kernel.overloads.values()
+        ir = compiled.library.get_llvm_str()
+        header = next(line for line in ir.splitlines() if line.startswith("define") and "add_into" in line)
+        args = [arg for arg in header[header.index("(") + 1 :].split(", ")
+                if "%arg." in arg.replace('"', "") and (arg.startswith("ptr") or "*" in arg.split()[0])]
+        return sum("noalias" in arg for arg in args), len(args)
+
+    assert pointer_arguments(plain)[0] == 0
+    marked, every = pointer_arguments(distinct)
+    assert marked == every >= 4  # two arrays' data and reference-count pointers at least (opaque
+    # pointers, LLVM 15 on: `ptr noalias ... %arg.a.4`; typed: `double* noalias ... %"arg.a.4"`)
+    with pytest.raises(ValueError, match="internal kernels"):
+        _jit.njit(distinct=True)(add_into)
