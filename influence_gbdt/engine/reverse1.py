@@ -346,8 +346,7 @@ def _logloss_batch(
         _logloss_margins(p4, y, w, kept, leaf, t, k0, GT, ratio, aT, j0, j1, t_next, PT)
     elif with_weights:
         for j in range(j0, j1):
-            g, h, wdg, wdh = step_logloss(p4, y[j, 0], w[j], kept[j, 0], kept[j, 1])
-            fw, _ = row_factors(g, h, wdg, wdh, ratio[leaf[t, j]], True)
+            fw = _weight_factor(p4, y[j, 0], w[j], kept[j, 0], kept[j, 1], ratio[leaf[t, j]])
             k = k0 + leaf[t, j]
             jj = j - j0
             for b in range(GT.shape[1]):
