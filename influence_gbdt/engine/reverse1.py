@@ -643,7 +643,8 @@ def _logloss_weights4(
     (``DER[slot[i]]`` (n, 2)), latest round (``i = 3``) first: the same
     additions in the same order as four calls, but a row's ``W`` read and written once instead of
     four times (measured on Adult's LightGBM default, 50 test points on one thread: the weight pass
-    0.037 -> 0.026 s; eight rounds at a time ran slower)."""
+    0.037 -> 0.026 s; eight rounds at a time ran slower, and no faster compiled ``distinct``:
+    docs/performance.md, stop 77)."""
     B = GT.shape[1]
     p3, p2, p1, p0 = DER[slot[3]], DER[slot[2]], DER[slot[1]], DER[slot[0]]
     l3, l2, l1, l0 = leaf[tree[3]], leaf[tree[2]], leaf[tree[1]], leaf[tree[0]]
