@@ -46,6 +46,17 @@ from .state import Joint, Layout, LossSpec, Rows, State, Sums, Trees, largest_ro
 from .team import CHUNK_ROWS, barrier, n_chunks, own_rows, rows_team
 
 _internal = numba.njit(cache=True, nogil=True, internal=True)
+#: The softmax's and the joint rounds' row loops, compiled knowing that no two of their arrays
+#: overlap (:func:`.._jit.njit`'s ``distinct``, as :mod:`.reverse1`'s batch loops; same bits): the
+#: arrays they write, ``work.A``, ``work.a_bar`` and ``work.w_rows`` (and their own scratch), are
+#: allocated by :func:`reverse`, each apart from every other argument. Measured
+#: side by side (two processes alternating the order, best of 4; 10 classes on 20,000 rows, 100
+#: test points, two threads): ``LGBMClassifier()`` 3.36 / 3.48 -> 3.09 / 3.19 s,
+#: ``XGBClassifier()`` 3.33 / 3.25 -> 3.12 / 3.14 s; ``CatBoostClassifier()`` (joint rounds, 10,000
+#: rows, best of 2) 14.4 / 13.1 -> 13.4 / 12.9 s; one test point the same. The one-vs-all loop
+#: (:func:`_separable_row_pass`) measured no faster so (3.10 / 2.94 -> 3.15 / 2.90 s) and is
+#: compiled as before.
+_distinct = numba.njit(cache=True, nogil=True, internal=True, distinct=True)
 
 
 class Work(NamedTuple):
@@ -187,7 +198,7 @@ def _step_terms(
                 acc[b] += gq[b] * g[c] + dq[b]
 
 
-@_internal
+@_distinct
 def _row_pass(  # noqa: C901 -- one loop over the rows, written out: a call per row costs more than its arithmetic
     lay: Layout, trees: Trees, rows: Rows, loss: LossSpec, sums: Sums, r: int, j0: int, j1: int, work: Work,
 ) -> None:
@@ -319,7 +330,7 @@ def _separable_row_pass(
                         a_bar[i, c, b] += beta[c, b] * v[c] + 0.0
 
 
-@_internal
+@_distinct
 def _joint_row_pass(  # noqa: C901 -- one loop over the rows, written out (as _row_pass)
     lay: Layout, rows: Rows, sums: Sums, r: int, j0: int, j1: int, work: Work,
 ) -> None:
