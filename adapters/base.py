@@ -9,8 +9,10 @@ data set to the leaves of every tree. It never reaches into the engine beyond th
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
@@ -18,6 +20,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 
+from influence_gbdt import _jit as numba
 from influence_gbdt.engine import DEFAULT_CACHE_BYTES, InfluenceEngine
 from influence_gbdt.ensemble import TreeEnsemble, check_weight_sum
 from influence_gbdt.errors import InfluenceError, InputError, booster_message
@@ -37,6 +40,58 @@ def one_thread(rows: int, trees: int) -> bool:
     its leaves on its threads; no change after predicting them on one). Small predictions lose less
     on one thread than that."""
     return rows * trees <= ONE_THREAD_ROW_TREES
+
+
+#: The adapters' kept threads: (how many, the pool), or empty before the first many-row pass.
+_POOL: list[tuple[int, ThreadPoolExecutor]] = []
+
+
+def thread_pool() -> ThreadPoolExecutor:
+    """Threads kept for the adapters' passes over many rows (XGBoost's walk and rounding bound,
+    :func:`tree_major`; idle ones wait, using no processor): starting two threads took 1.6 ms of a
+    17 ms walk. One per core (or per numba thread, if more)."""
+    want = max(numba.get_num_threads(), os.cpu_count() or 1)
+    if not _POOL or _POOL[0][0] < want:
+        _POOL[:] = [(want, ThreadPoolExecutor(max_workers=want, thread_name_prefix="influence-gbdt-walk"))]
+    return _POOL[0][1]
+
+
+os.register_at_fork(after_in_child=_POOL.clear)  # a forked child has none of the pool's threads
+
+#: Entries (rows x trees) :func:`tree_major` copies a block at a time: 64 Ki, 256 KB of int32, so
+#: that a block's rows stay in the L2 cache while they are written out tree by tree.
+TREE_MAJOR_BLOCK = 1 << 16
+#: Fewest entries one thread of :func:`tree_major` copies (smaller matrices take fewer threads).
+TREE_MAJOR_PER_THREAD = 1 << 20
+
+
+def tree_major(leaves: ArrayLike, n_trees: int, n_threads: int | None = None) -> NDArray[np.int32]:
+    """A booster's leaf numbers, row by row (shape (n_rows, n_trees), or flat in that order), as
+    the engine reads them: shape (n_trees, n_rows), C-ordered int32 (values cast as
+    ``np.asarray(leaves, dtype=np.int32)`` casts them).
+
+    Copied a block of rows at a time (:data:`TREE_MAJOR_BLOCK` entries), the blocks in contiguous
+    runs over up to ``n_threads`` threads (None: every core; :func:`thread_pool`). A plain
+    ``np.ascontiguousarray(leaves.T)`` reads each tree's column across all rows, a cache line per
+    entry: measured on 1e6 rows x 100 trees (2 cores), 0.73 s, against 0.17 s in blocks on one
+    thread and 0.08 s on two.
+    """
+    src = np.asarray(leaves).reshape(-1, n_trees)
+    n = src.shape[0]
+    out = np.empty((n_trees, n), dtype=np.int32)
+    step = max(1, TREE_MAJOR_BLOCK // max(1, n_trees))
+
+    def copy(j0: int, j1: int) -> None:
+        for j in range(j0, j1, step):
+            out[:, j : min(j + step, j1)] = src[j : min(j + step, j1)].T
+
+    k = max(1, min(n_threads or os.cpu_count() or 1, n * n_trees // TREE_MAJOR_PER_THREAD))
+    cuts = [n * i // k // step * step for i in range(k)] + [n]
+    rest = [thread_pool().submit(copy, cuts[i], cuts[i + 1]) for i in range(1, k)]
+    copy(cuts[0], cuts[1])
+    for job in rest:
+        job.result()
+    return out
 
 
 def check_numeric_params(library: str, params: Mapping[str, Any], keys: Iterable[str]) -> None:

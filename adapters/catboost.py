@@ -97,7 +97,7 @@ from influence_gbdt.losses import Loss
 from influence_gbdt.tabular import n_rows
 
 from . import catboost_ctr
-from .base import BoosterAdapter, target_matrix
+from .base import BoosterAdapter, target_matrix, tree_major
 from .catboost_objectives import CatBoostObjective, parse_objective
 
 #: CatBoost's losses whose approx is kept in exp space (``IsStoreExpApprox``) and started at
@@ -258,7 +258,7 @@ class CatBoostAdapter(BoosterAdapter):
         model with K outputs is described as K trees (one per output) per CatBoost tree."""
         with self.reading():
             leaves = self.model.calc_leaf_indexes(self._pool(X))
-        by_tree = np.ascontiguousarray(leaves.T, dtype=np.int32)
+        by_tree = tree_major(leaves, leaves.shape[1], self.n_threads)
         return by_tree if self.n_outputs == 1 else np.repeat(by_tree, self.n_outputs, axis=0)
 
     def fit_bytes(self, n_trees: int, n_rows: int) -> float:

@@ -93,7 +93,7 @@ from influence_gbdt.labels import LabelMap
 from influence_gbdt.losses import Loss
 from influence_gbdt.tabular import n_rows
 
-from .base import BoosterAdapter, check_numeric_params, one_thread
+from .base import BoosterAdapter, check_numeric_params, one_thread, tree_major
 from .lightgbm_objectives import (
     K_EPSILON,
     PERCENTILE_RULES,
@@ -638,7 +638,7 @@ class LightGBMAdapter(BoosterAdapter):
         """Leaf of every row of ``X`` in every tree predict uses, ndarray of shape (n_trees, n_rows),
         int32."""
         leaves = self._predict(X, pred_leaf=True)
-        return np.ascontiguousarray(np.asarray(leaves, dtype=np.int32).reshape(-1, self.n_trees).T)
+        return tree_major(leaves, self.n_trees, self.n_threads)
 
     def init_offset(self, X: Any, init_score: ArrayLike | None = None) -> NDArray[np.float64]:
         """Per-row offset of the initial margin: ``init_score`` of shape (n,), or (n, K) for a

@@ -20,8 +20,6 @@ categorical or object DataFrame columns) or that hold infinite values (XGBoost r
 from __future__ import annotations
 
 import itertools
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +28,8 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from influence_gbdt import _jit as numba
+
+from .base import thread_pool
 
 #: Rows walked together through one tree: enough independent walks in flight to hide each level's
 #: chain of loads (node -> feature -> value -> child); one walk at a time ran 2.3x slower.
@@ -185,23 +185,6 @@ class NumericTrees:
         for job in rest:
             job.result()
         return out
-
-
-#: The walk's kept threads: (how many, the pool), or empty before the first many-row walk.
-_POOL: list[tuple[int, ThreadPoolExecutor]] = []
-
-
-def thread_pool() -> ThreadPoolExecutor:
-    """Threads kept for the walk and the rounding bound (:mod:`.xgboost_rounding`; idle ones wait,
-    using no processor): starting two threads took 1.6 ms of a 17 ms walk. One per core (or per
-    numba thread, if more)."""
-    want = max(numba.get_num_threads(), os.cpu_count() or 1)
-    if not _POOL or _POOL[0][0] < want:
-        _POOL[:] = [(want, ThreadPoolExecutor(max_workers=want, thread_name_prefix="influence-gbdt-walk"))]
-    return _POOL[0][1]
-
-
-os.register_at_fork(after_in_child=_POOL.clear)  # a forked child has none of the pool's threads
 
 
 def float32_rows(X: Any, missing: float) -> tuple[NDArray[np.float32], bool] | None:

@@ -21,7 +21,7 @@ from influence_gbdt import _jit as numba
 from influence_gbdt.engine import InfluenceEngine
 from influence_gbdt.losses import Loss, grad_hess_rows_into, probabilities
 
-from .xgboost_leaves import thread_pool
+from .base import thread_pool
 
 _EPS32 = float(np.finfo(np.float32).eps)
 
