@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, ClassVar
@@ -52,7 +52,8 @@ def thread_pool() -> ThreadPoolExecutor:
     17 ms walk. One per core (or per numba thread, if more)."""
     want = max(numba.get_num_threads(), os.cpu_count() or 1)
     if not _POOL or _POOL[0][0] < want:
-        _POOL[:] = [(want, ThreadPoolExecutor(max_workers=want, thread_name_prefix="influence-gbdt-walk"))]
+        pool = ThreadPoolExecutor(max_workers=want, thread_name_prefix="influence-gbdt-adapters")
+        _POOL[:] = [(want, pool)]
     return _POOL[0][1]
 
 
@@ -86,12 +87,19 @@ def tree_major(leaves: ArrayLike, n_trees: int, n_threads: int | None = None) ->
             out[:, j : min(j + step, j1)] = src[j : min(j + step, j1)].T
 
     k = max(1, min(n_threads or os.cpu_count() or 1, n * n_trees // TREE_MAJOR_PER_THREAD))
-    cuts = [n * i // k // step * step for i in range(k)] + [n]
-    rest = [thread_pool().submit(copy, cuts[i], cuts[i + 1]) for i in range(1, k)]
-    copy(cuts[0], cuts[1])
-    for job in rest:
-        job.result()
+    run_split(copy, n, k, step)
     return out
+
+
+def run_split(job: Callable[[int, int], None], n: int, k: int, align: int) -> None:
+    """``job(r0, r1)`` over rows ``0 .. n - 1`` cut in ``k`` contiguous runs (their starts
+    multiples of ``align``): the first run on the calling thread, the others on
+    :func:`thread_pool`'s; returns when all are done (a run's exception is raised here)."""
+    cuts = [n * i // k // align * align for i in range(k)] + [n]
+    rest = [thread_pool().submit(job, cuts[i], cuts[i + 1]) for i in range(1, k)]
+    job(cuts[0], cuts[1])
+    for done in rest:
+        done.result()
 
 
 def check_numeric_params(library: str, params: Mapping[str, Any], keys: Iterable[str]) -> None:

@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 
 from influence_gbdt import _jit as numba
 
-from .base import thread_pool
+from .base import run_split
 
 #: Rows walked together through one tree: enough independent walks in flight to hide each level's
 #: chain of loads (node -> feature -> value -> child); one walk at a time ran 2.3x slower.
@@ -178,12 +178,7 @@ class NumericTrees:
             _walk(X, self.feature, self.threshold, self.nan_right, self.child, self.leaf, self.root,
                   self.depth, has_missing, r0, r1, out)
 
-        k = max(1, min(n_threads, n // _ROWS_PER_THREAD))
-        cuts = [(n * i // k) // _BLOCK * _BLOCK for i in range(k)] + [n]
-        rest = [thread_pool().submit(walk, cuts[i], cuts[i + 1]) for i in range(1, k)]
-        walk(cuts[0], cuts[1])
-        for job in rest:
-            job.result()
+        run_split(walk, n, max(1, min(n_threads, n // _ROWS_PER_THREAD)), _BLOCK)
         return out
 
 
